@@ -1,0 +1,795 @@
+//! Merges the exports of one `<namespace>/<name>` across clusters into an
+//! import and the conditions of every export (DESIGN.md §3). Pure: no I/O, no
+//! clock, no VIPs (those are the allocator's).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::SessionAffinityConfig;
+use serde::Serialize;
+
+use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
+use crate::crd::ServicePort;
+use crate::model::{
+    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKind, SliceInfo,
+};
+
+/// Everything one cluster says about one service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterInputs {
+    /// Its ServiceExport, if exported.
+    pub export: Option<ExportInfo>,
+    /// Its Service, if present.
+    pub service: Option<ServiceInfo>,
+    /// Its EndpointSlices by name.
+    pub slices: BTreeMap<Box<str>, SliceInfo>,
+}
+
+impl ClusterInputs {
+    /// Whether nothing is left (the entry can be dropped).
+    pub fn is_empty(&self) -> bool {
+        self.export.is_none() && self.service.is_none() && self.slices.is_empty()
+    }
+}
+
+/// One exporting cluster's part of an import.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportCluster {
+    /// The cluster id.
+    pub cluster: ClusterId,
+    /// Its Service's cluster IPs in the import's families.
+    pub cluster_ips: Vec<IpAddr>,
+    /// Its ready endpoints, addresses limited to the import's families, deduplicated.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// The aggregated ServiceImport.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Import {
+    /// `ClusterSetIP` or `Headless`, from the oldest export.
+    #[serde(rename = "type")]
+    pub type_: ImportType,
+    /// Union of the exported ports.
+    pub ports: Vec<ServicePort>,
+    /// Intersected families of the exports (clusterset-wide).
+    pub ip_families: Vec<IpFamily>,
+    /// `ip_families` less what the local cluster does not support; DNS serves these.
+    pub local_families: Vec<IpFamily>,
+    /// VIPs ordered like `ip_families` (ClusterSetIP only; set by the allocator).
+    pub vips: Vec<IpAddr>,
+    /// From the oldest export.
+    pub session_affinity: String,
+    /// From the oldest export.
+    pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// From the oldest export.
+    pub internal_traffic_policy: String,
+    /// From the oldest export.
+    pub traffic_distribution: Option<String>,
+    /// Exported labels of the oldest export.
+    pub labels: BTreeMap<String, String>,
+    /// Exported annotations of the oldest export.
+    pub annotations: BTreeMap<String, String>,
+    /// Clusters taking part, oldest export first.
+    pub clusters: Vec<ImportCluster>,
+    /// The import's `Ready` condition.
+    pub ready: Condition,
+}
+
+impl Import {
+    /// The VIPs the local cluster serves: those of `local_families`.
+    pub fn local_vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.vips
+            .iter()
+            .copied()
+            .filter(|ip| self.local_families.contains(&IpFamily::of(ip)))
+    }
+}
+
+/// The conditions of one cluster's export.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExportStatus {
+    /// The exporting cluster.
+    pub cluster: ClusterId,
+    /// `Valid`, `Ready`, and `Conflict` when the export is valid.
+    pub conditions: Vec<Condition>,
+}
+
+impl ExportStatus {
+    /// The condition of a type.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// The outcome for one service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Aggregate {
+    /// The import, while at least one valid export remains.
+    pub import: Option<Arc<Import>>,
+    /// Conditions of every cluster's export, by cluster id.
+    pub exports: Vec<ExportStatus>,
+}
+
+struct Candidate<'a> {
+    cluster: &'a ClusterId,
+    export: &'a ExportInfo,
+    service: &'a ServiceInfo,
+    slices: &'a BTreeMap<Box<str>, SliceInfo>,
+}
+
+/// Aggregates one service's inputs; `local_families` are the families the
+/// local cluster supports.
+pub fn aggregate(
+    inputs: &BTreeMap<ClusterId, ClusterInputs>,
+    local_families: &[IpFamily],
+) -> Aggregate {
+    let mut exports = Vec::new();
+    let mut valid = Vec::new();
+    for (cluster, input) in inputs {
+        let Some(export) = &input.export else {
+            continue;
+        };
+        match &input.service {
+            None => exports.push(invalid(
+                cluster,
+                "NoService",
+                "Pending",
+                "no Service with this namespace and name",
+            )),
+            Some(s) if s.kind == ServiceKind::ExternalName => exports.push(invalid(
+                cluster,
+                "InvalidServiceType",
+                "Failed",
+                "ExternalName Services cannot be exported",
+            )),
+            Some(service) => valid.push(Candidate {
+                cluster,
+                export,
+                service,
+                slices: &input.slices,
+            }),
+        }
+    }
+    valid.sort_by(|a, b| (a.export.age, a.cluster).cmp(&(b.export.age, b.cluster)));
+    let Some(oldest) = valid.first() else {
+        return Aggregate {
+            import: None,
+            exports,
+        };
+    };
+
+    let (families, left_out) = intersect_families(&valid);
+    let ports = union_ports(valid.iter().filter(|c| !left_out.contains(c.cluster)));
+    let type_ = import_type(oldest.service.kind);
+    for candidate in &valid {
+        exports.push(export_status(
+            candidate,
+            oldest,
+            &families,
+            left_out.contains(candidate.cluster),
+            type_,
+        ));
+    }
+    exports.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+
+    let local_families: Vec<IpFamily> = families
+        .iter()
+        .copied()
+        .filter(|f| local_families.contains(f))
+        .collect();
+    let ready = if local_families.is_empty() {
+        Condition::new(
+            READY,
+            false,
+            "IPFamilyNotSupported",
+            format!(
+                "the local cluster supports none of the import's IP families ({})",
+                join(&families)
+            ),
+        )
+    } else {
+        Condition::new(READY, true, "Ready", "")
+    };
+    let clusters = valid
+        .iter()
+        .filter(|c| !left_out.contains(c.cluster))
+        .map(|c| import_cluster(c, &families))
+        .collect();
+    let (svc, export) = (oldest.service, oldest.export);
+    let import = Import {
+        type_,
+        ports,
+        ip_families: families,
+        local_families,
+        vips: Vec::new(),
+        session_affinity: svc.session_affinity.clone(),
+        session_affinity_config: svc.session_affinity_config.clone(),
+        internal_traffic_policy: svc.internal_traffic_policy.clone(),
+        traffic_distribution: svc.traffic_distribution.clone(),
+        labels: export.labels.clone(),
+        annotations: export.annotations.clone(),
+        clusters,
+        ready,
+    };
+    Aggregate {
+        import: Some(Arc::new(import)),
+        exports,
+    }
+}
+
+fn import_type(kind: ServiceKind) -> ImportType {
+    match kind {
+        ServiceKind::Headless => ImportType::Headless,
+        ServiceKind::ClusterIp | ServiceKind::ExternalName => ImportType::ClusterSetIP,
+    }
+}
+
+fn invalid(cluster: &ClusterId, reason: &str, ready_reason: &str, message: &str) -> ExportStatus {
+    ExportStatus {
+        cluster: cluster.clone(),
+        conditions: vec![
+            Condition::new(VALID, false, reason, message),
+            Condition::new(READY, false, ready_reason, message),
+        ],
+    }
+}
+
+/// Running intersection from the oldest export; clusters sharing nothing with
+/// it are left out. Keeps the oldest export's family order.
+fn intersect_families(valid: &[Candidate<'_>]) -> (Vec<IpFamily>, BTreeSet<ClusterId>) {
+    let mut families = valid[0].service.ip_families.clone();
+    let mut left_out = BTreeSet::new();
+    for candidate in &valid[1..] {
+        let common: Vec<IpFamily> = families
+            .iter()
+            .copied()
+            .filter(|f| candidate.service.ip_families.contains(f))
+            .collect();
+        if common.is_empty() {
+            left_out.insert(candidate.cluster.clone());
+        } else {
+            families = common;
+        }
+    }
+    (families, left_out)
+}
+
+/// Union of ports, oldest first: a later port is dropped when its name or its
+/// protocol+port is already taken.
+fn union_ports<'a>(candidates: impl Iterator<Item = &'a Candidate<'a>>) -> Vec<ServicePort> {
+    let mut ports: Vec<ServicePort> = Vec::new();
+    for candidate in candidates {
+        for port in &candidate.service.ports {
+            let taken = ports.iter().any(|p| {
+                (p.name.is_some() && p.name == port.name)
+                    || (p.protocol == port.protocol && p.port == port.port)
+            });
+            if !taken {
+                ports.push(port.clone());
+            }
+        }
+    }
+    ports
+}
+
+fn export_status(
+    candidate: &Candidate<'_>,
+    oldest: &Candidate<'_>,
+    families: &[IpFamily],
+    left_out: bool,
+    type_: ImportType,
+) -> ExportStatus {
+    let (mine, theirs) = (candidate.service, oldest.service);
+    let checks: [(ConflictReason, bool, String); 8] = [
+        (
+            ConflictReason::PortConflict,
+            same_ports(&mine.ports, &theirs.ports),
+            format!("ports {}", ports_text(&theirs.ports)),
+        ),
+        (
+            ConflictReason::TypeConflict,
+            mine.kind == theirs.kind,
+            format!("type {}", type_.as_str()),
+        ),
+        (
+            ConflictReason::SessionAffinityConflict,
+            mine.session_affinity == theirs.session_affinity,
+            format!("sessionAffinity {}", theirs.session_affinity),
+        ),
+        (
+            ConflictReason::SessionAffinityConfigConflict,
+            mine.session_affinity_config == theirs.session_affinity_config,
+            "sessionAffinityConfig".into(),
+        ),
+        (
+            ConflictReason::LabelsConflict,
+            candidate.export.labels == oldest.export.labels,
+            "exportedLabels".into(),
+        ),
+        (
+            ConflictReason::AnnotationsConflict,
+            candidate.export.annotations == oldest.export.annotations,
+            "exportedAnnotations".into(),
+        ),
+        (
+            ConflictReason::InternalTrafficPolicyConflict,
+            mine.internal_traffic_policy == theirs.internal_traffic_policy,
+            format!("internalTrafficPolicy {}", theirs.internal_traffic_policy),
+        ),
+        (
+            ConflictReason::TrafficDistributionConflict,
+            mine.traffic_distribution == theirs.traffic_distribution,
+            format!(
+                "trafficDistribution {}",
+                theirs.traffic_distribution.as_deref().unwrap_or("unset")
+            ),
+        ),
+    ];
+    let mut reasons = Vec::new();
+    let mut details = Vec::new();
+    for (reason, same, winner) in checks {
+        if !same {
+            reasons.push(reason);
+            details.push(winner);
+        }
+    }
+    if left_out {
+        reasons.push(ConflictReason::IPFamilyConflict);
+        details.push(format!("ipFamilies {}", join(families)));
+    }
+    let valid = Condition::new(VALID, true, "Valid", "");
+    let ready = if left_out {
+        Condition::new(
+            READY,
+            false,
+            "Failed",
+            format!(
+                "IP families {} share none with the clusterset's {}",
+                join(&mine.ip_families),
+                join(families)
+            ),
+        )
+    } else {
+        Condition::new(
+            READY,
+            true,
+            "Exported",
+            format!("exported as {}", type_.as_str()),
+        )
+    };
+    let conflict = if reasons.is_empty() {
+        Condition::new(CONFLICT, false, "NoConflicts", "")
+    } else {
+        let reason = reasons
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let message = format!(
+            "using {} from the oldest export, in cluster {}",
+            details.join(", "),
+            oldest.cluster
+        );
+        Condition::new(CONFLICT, true, reason, message)
+    };
+    ExportStatus {
+        cluster: candidate.cluster.clone(),
+        conditions: vec![valid, ready, conflict],
+    }
+}
+
+fn same_ports(a: &[ServicePort], b: &[ServicePort]) -> bool {
+    a.len() == b.len() && a.iter().all(|p| b.contains(p))
+}
+
+fn ports_text(ports: &[ServicePort]) -> String {
+    let parts: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            match &p.name {
+                Some(name) => format!("{name}:{}/{proto}", p.port),
+                None => format!("{}/{proto}", p.port),
+            }
+        })
+        .collect();
+    format!("[{}]", parts.join(" "))
+}
+
+fn join(families: &[IpFamily]) -> String {
+    let names: Vec<&str> = families.iter().map(|f| f.as_str()).collect();
+    format!("[{}]", names.join(","))
+}
+
+fn import_cluster(candidate: &Candidate<'_>, families: &[IpFamily]) -> ImportCluster {
+    let in_families = |ip: &IpAddr| families.contains(&IpFamily::of(ip));
+    let mut endpoints: Vec<Endpoint> = Vec::new();
+    for endpoint in candidate.slices.values().flat_map(|s| &s.endpoints) {
+        let addresses: Vec<IpAddr> = endpoint
+            .addresses
+            .iter()
+            .copied()
+            .filter(in_families)
+            .collect();
+        if !endpoint.ready
+            || addresses.is_empty()
+            || endpoints.iter().any(|e| e.addresses == addresses)
+        {
+            continue;
+        }
+        endpoints.push(Endpoint {
+            addresses,
+            hostname: endpoint.hostname.clone(),
+            ready: true,
+        });
+    }
+    ImportCluster {
+        cluster: candidate.cluster.clone(),
+        cluster_ips: candidate
+            .service
+            .cluster_ips
+            .iter()
+            .copied()
+            .filter(in_families)
+            .collect(),
+        endpoints,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::{ExportAge, IpFamily::*};
+
+    /// A ClusterIP service with one named port, families and cluster IPs derived from `ips`.
+    pub(crate) fn service(ips: &[&str], ports: &[(&str, i32)]) -> ServiceInfo {
+        let cluster_ips: Vec<IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
+        ServiceInfo {
+            kind: ServiceKind::ClusterIp,
+            ports: ports
+                .iter()
+                .map(|(name, port)| ServicePort {
+                    name: Some((*name).into()),
+                    protocol: Some("TCP".into()),
+                    app_protocol: None,
+                    port: *port,
+                })
+                .collect(),
+            ip_families: cluster_ips.iter().map(IpFamily::of).collect(),
+            cluster_ips,
+            session_affinity: "None".into(),
+            session_affinity_config: None,
+            internal_traffic_policy: "Cluster".into(),
+            traffic_distribution: None,
+        }
+    }
+
+    pub(crate) fn export(created: i64) -> ExportInfo {
+        ExportInfo {
+            age: ExportAge { created, seq: 0 },
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn slice(endpoints: &[(&str, Option<&str>, bool)]) -> SliceInfo {
+        SliceInfo {
+            endpoints: endpoints
+                .iter()
+                .map(|(ip, host, ready)| Endpoint {
+                    addresses: vec![ip.parse().unwrap()],
+                    hostname: host.map(Into::into),
+                    ready: *ready,
+                })
+                .collect(),
+        }
+    }
+
+    fn inputs(
+        list: Vec<(&str, Option<ExportInfo>, Option<ServiceInfo>)>,
+    ) -> BTreeMap<ClusterId, ClusterInputs> {
+        list.into_iter()
+            .map(|(cluster, export, service)| {
+                (
+                    cluster.into(),
+                    ClusterInputs {
+                        export,
+                        service,
+                        slices: BTreeMap::new(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn status<'a>(a: &'a Aggregate, cluster: &str, type_: &str) -> &'a Condition {
+        a.exports
+            .iter()
+            .find(|e| e.cluster.as_ref() == cluster)
+            .and_then(|e| e.condition(type_))
+            .unwrap_or_else(|| panic!("no {type_} condition for {cluster}"))
+    }
+
+    const BOTH: &[IpFamily] = &[IPv4, IPv6];
+
+    #[test]
+    fn invalid_exports_make_no_import() {
+        let mut external = service(&[], &[]);
+        external.kind = ServiceKind::ExternalName;
+        let a = aggregate(
+            &inputs(vec![
+                ("a", Some(export(1)), None),
+                ("b", Some(export(2)), Some(external)),
+                ("c", None, Some(service(&["10.0.0.1"], &[]))),
+            ]),
+            BOTH,
+        );
+        assert!(a.import.is_none());
+        assert_eq!(a.exports.len(), 2, "c has no export, so no status");
+        let valid_a = status(&a, "a", VALID);
+        assert_eq!(
+            (valid_a.status, valid_a.reason.as_str()),
+            (false, "NoService")
+        );
+        assert_eq!(status(&a, "a", READY).reason, "Pending");
+        let valid_b = status(&a, "b", VALID);
+        assert_eq!(
+            (valid_b.status, valid_b.reason.as_str()),
+            (false, "InvalidServiceType")
+        );
+        assert!(a.exports.iter().all(|e| e.condition(CONFLICT).is_none()));
+    }
+
+    #[test]
+    fn oldest_export_wins_type_and_newer_gets_type_conflict() {
+        let mut headless = service(&[], &[("http", 80)]);
+        headless.kind = ServiceKind::Headless;
+        headless.ip_families = vec![IPv4];
+        let a = aggregate(
+            &inputs(vec![
+                (
+                    "a",
+                    Some(export(20)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
+                ("b", Some(export(10)), Some(headless)),
+            ]),
+            BOTH,
+        );
+        let import = a.import.clone().unwrap();
+        assert_eq!(import.type_, ImportType::Headless);
+        assert_eq!(
+            import
+                .clusters
+                .iter()
+                .map(|c| c.cluster.as_ref())
+                .collect::<Vec<_>>(),
+            ["b", "a"]
+        );
+        let conflict = status(&a, "a", CONFLICT);
+        assert_eq!(
+            (conflict.status, conflict.reason.as_str()),
+            (true, "TypeConflict")
+        );
+        assert!(
+            conflict.message.contains("in cluster b"),
+            "{}",
+            conflict.message
+        );
+        assert_eq!(status(&a, "b", CONFLICT).reason, "NoConflicts");
+        assert_eq!(status(&a, "a", READY).reason, "Exported");
+    }
+
+    #[test]
+    fn equal_ages_fall_back_to_cluster_id_order() {
+        let mut b = service(&["10.0.0.2"], &[("http", 80)]);
+        b.session_affinity = "ClientIP".into();
+        let a = aggregate(
+            &inputs(vec![
+                ("b", Some(export(5)), Some(b)),
+                (
+                    "a",
+                    Some(export(5)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
+            ]),
+            BOTH,
+        );
+        assert_eq!(a.import.as_ref().unwrap().session_affinity, "None");
+        assert_eq!(status(&a, "b", CONFLICT).reason, "SessionAffinityConflict");
+    }
+
+    #[test]
+    fn ports_are_the_union_and_differences_conflict() {
+        let a = aggregate(
+            &inputs(vec![
+                (
+                    "a",
+                    Some(export(1)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
+                // Same name, other port: dropped. New name, new port: added.
+                (
+                    "b",
+                    Some(export(2)),
+                    Some(service(&["10.0.0.2"], &[("http", 81), ("metrics", 9100)])),
+                ),
+                // Same protocol+port under another name: dropped.
+                (
+                    "c",
+                    Some(export(3)),
+                    Some(service(&["10.0.0.3"], &[("web", 80)])),
+                ),
+                (
+                    "d",
+                    Some(export(4)),
+                    Some(service(&["10.0.0.4"], &[("http", 80)])),
+                ),
+            ]),
+            BOTH,
+        );
+        let ports: Vec<(Option<&str>, i32)> = a
+            .import
+            .as_ref()
+            .unwrap()
+            .ports
+            .iter()
+            .map(|p| (p.name.as_deref(), p.port))
+            .collect();
+        assert_eq!(ports, [(Some("http"), 80), (Some("metrics"), 9100)]);
+        assert_eq!(status(&a, "b", CONFLICT).reason, "PortConflict");
+        assert_eq!(status(&a, "c", CONFLICT).reason, "PortConflict");
+        assert_eq!(status(&a, "d", CONFLICT).reason, "NoConflicts");
+        assert!(
+            status(&a, "b", CONFLICT)
+                .message
+                .contains("ports [http:80/TCP]")
+        );
+    }
+
+    #[test]
+    fn several_reasons_are_comma_joined() {
+        let mut b = service(&["10.0.0.2"], &[("grpc", 90)]);
+        b.internal_traffic_policy = "Local".into();
+        b.traffic_distribution = Some("PreferClose".into());
+        let mut b_export = export(2);
+        b_export.labels.insert("team".into(), "x".into());
+        b_export.annotations.insert("note".into(), "y".into());
+        let a = aggregate(
+            &inputs(vec![
+                (
+                    "a",
+                    Some(export(1)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
+                ("b", Some(b_export), Some(b)),
+            ]),
+            BOTH,
+        );
+        assert_eq!(
+            status(&a, "b", CONFLICT).reason,
+            "PortConflict,LabelsConflict,AnnotationsConflict,InternalTrafficPolicyConflict,TrafficDistributionConflict"
+        );
+        let import = a.import.clone().unwrap();
+        assert!(import.labels.is_empty() && import.internal_traffic_policy == "Cluster");
+    }
+
+    #[test]
+    fn families_intersect_from_the_oldest_and_disjoint_clusters_are_left_out() {
+        let dual = || service(&["10.0.0.1", "fd00::1"], &[("http", 80)]);
+        let a = aggregate(
+            &inputs(vec![
+                ("a", Some(export(1)), Some(dual())),
+                (
+                    "b",
+                    Some(export(2)),
+                    Some(service(&["10.0.0.2"], &[("http", 80)])),
+                ),
+                (
+                    "c",
+                    Some(export(3)),
+                    Some(service(&["fd00::3"], &[("http", 80)])),
+                ),
+                ("d", Some(export(4)), Some(dual())),
+            ]),
+            BOTH,
+        );
+        let import = a.import.clone().unwrap();
+        assert_eq!(import.ip_families, [IPv4]);
+        assert_eq!(
+            import
+                .clusters
+                .iter()
+                .map(|c| c.cluster.as_ref())
+                .collect::<Vec<_>>(),
+            ["a", "b", "d"]
+        );
+        assert_eq!(
+            import.clusters[0].cluster_ips,
+            ["10.0.0.1".parse::<IpAddr>().unwrap()]
+        );
+        let c = status(&a, "c", CONFLICT);
+        assert_eq!((c.status, c.reason.as_str()), (true, "IPFamilyConflict"));
+        assert_eq!(
+            (
+                status(&a, "c", READY).status,
+                status(&a, "c", READY).reason.as_str()
+            ),
+            (false, "Failed")
+        );
+        assert_eq!(status(&a, "a", CONFLICT).reason, "NoConflicts");
+    }
+
+    #[test]
+    fn local_families_filter_and_not_supported() {
+        let list = || {
+            inputs(vec![(
+                "a",
+                Some(export(1)),
+                Some(service(&["fd00::1", "10.0.0.1"], &[("http", 80)])),
+            )])
+        };
+        let dual = aggregate(&list(), &[IPv4]).import.unwrap();
+        assert_eq!(
+            (dual.ip_families.as_slice(), dual.local_families.as_slice()),
+            ([IPv6, IPv4].as_slice(), [IPv4].as_slice())
+        );
+        assert!(dual.ready.status);
+        let v4_only = aggregate(
+            &inputs(vec![(
+                "a",
+                Some(export(1)),
+                Some(service(&["10.0.0.1"], &[])),
+            )]),
+            &[IPv6],
+        );
+        let ready = &v4_only.import.unwrap().ready;
+        assert_eq!(
+            (ready.status, ready.reason.as_str()),
+            (false, "IPFamilyNotSupported")
+        );
+    }
+
+    #[test]
+    fn headless_takes_ready_endpoints_of_exporting_clusters_only() {
+        let mut headless = service(&[], &[("db", 5432)]);
+        headless.kind = ServiceKind::Headless;
+        headless.ip_families = vec![IPv4];
+        let mut list = inputs(vec![
+            ("a", Some(export(1)), Some(headless.clone())),
+            ("b", None, Some(headless)),
+        ]);
+        let a = list.get_mut("a").unwrap();
+        a.slices.insert(
+            "s1".into(),
+            slice(&[
+                ("10.0.0.1", Some("db-0"), true),
+                ("10.0.0.2", None, false),
+                ("fd00::9", None, true),
+            ]),
+        );
+        a.slices.insert(
+            "s2".into(),
+            slice(&[("10.0.0.1", Some("db-0"), true), ("10.0.0.3", None, true)]),
+        );
+        list.get_mut("b")
+            .unwrap()
+            .slices
+            .insert("s1".into(), slice(&[("10.9.9.9", None, true)]));
+        let import = aggregate(&list, BOTH).import.unwrap();
+        assert_eq!(import.clusters.len(), 1);
+        let ips: Vec<String> = import.clusters[0]
+            .endpoints
+            .iter()
+            .map(|e| e.addresses[0].to_string())
+            .collect();
+        assert_eq!(ips, ["10.0.0.1", "10.0.0.3"]);
+        assert_eq!(
+            import.clusters[0].endpoints[0].hostname.as_deref(),
+            Some("db-0")
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! The reconciler: keeps every cluster's inputs per service and turns them
+//! into imports, export conditions and VIPs. No I/O and no clock: sources feed
+//! it [`Change`]s, the index reads the [`Import`]s it returns.
+
+pub mod aggregate;
+pub mod conditions;
+pub mod vip;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use tracing::warn;
+
+use crate::model::{Change, ClusterId, ImportType, IpFamily, Object, ObjectRef, ServiceKey};
+pub use aggregate::{Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster};
+use vip::{VipAllocator, VipPools};
+
+/// Settings the engine needs from the command line.
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    /// Families the local cluster supports (DNS serves only these).
+    pub local_families: Vec<IpFamily>,
+    /// Where VIPs come from.
+    pub pools: VipPools,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self {
+            local_families: vec![IpFamily::IPv4, IpFamily::IPv6],
+            pools: VipPools::default(),
+        }
+    }
+}
+
+/// All inputs, the latest aggregate per service, and the VIP allocator.
+#[derive(Debug)]
+pub struct Engine {
+    local_families: Vec<IpFamily>,
+    inputs: HashMap<ServiceKey, BTreeMap<ClusterId, ClusterInputs>>,
+    results: HashMap<ServiceKey, Aggregate>,
+    vips: VipAllocator,
+}
+
+impl Engine {
+    /// An empty engine.
+    pub fn new(settings: EngineSettings) -> Self {
+        Self {
+            local_families: settings.local_families,
+            inputs: HashMap::new(),
+            results: HashMap::new(),
+            vips: VipAllocator::new(settings.pools),
+        }
+    }
+
+    /// The VIP allocator (to restore or save allocations).
+    pub fn vips_mut(&mut self) -> &mut VipAllocator {
+        &mut self.vips
+    }
+
+    /// Applies changes, reconciles each touched service once, and returns
+    /// the services whose import changed, with the new import (None: gone).
+    pub fn apply(
+        &mut self,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Vec<(ServiceKey, Option<Arc<Import>>)> {
+        let mut touched: Vec<ServiceKey> = Vec::new();
+        for change in changes {
+            if touched.last() != Some(change.service()) {
+                touched.push(change.service().clone());
+            }
+            self.apply_one(change);
+        }
+        touched.sort();
+        touched.dedup();
+        touched
+            .into_iter()
+            .filter_map(|key| {
+                let before = self.results.get(&key).and_then(|r| r.import.clone());
+                let after = self.reconcile(&key);
+                (before != after).then_some((key, after))
+            })
+            .collect()
+    }
+
+    /// Releases VIPs restored from a saved state that no import claimed.
+    pub fn release_unclaimed_vips(&mut self) {
+        let results = &self.results;
+        self.vips
+            .retain(|k| results.get(k).is_some_and(|r| r.import.is_some()));
+    }
+
+    /// The aggregate of a service, if it has any export.
+    pub fn get(&self, key: &ServiceKey) -> Option<&Aggregate> {
+        self.results.get(key)
+    }
+
+    /// Every service with at least one export, sorted by key.
+    pub fn aggregates(&self) -> Vec<(&ServiceKey, &Aggregate)> {
+        let mut all: Vec<_> = self.results.iter().collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all
+    }
+
+    fn apply_one(&mut self, change: Change) {
+        match change {
+            Change::Upsert(cluster, key, object) => {
+                let entry = self
+                    .inputs
+                    .entry(key)
+                    .or_default()
+                    .entry(cluster)
+                    .or_default();
+                let old = match object.reference() {
+                    ObjectRef::Export => None,
+                    _ => Some(addresses(entry, &object.reference())),
+                };
+                match object {
+                    Object::Export(e) => entry.export = Some(e),
+                    Object::Service(s) => entry.service = Some(s),
+                    Object::Slice(name, s) => {
+                        entry.slices.insert(name, s);
+                    }
+                }
+                if let Some(old) = old {
+                    let new = addresses(entry, &old.0);
+                    self.remark(&old.1, &new.1);
+                }
+            }
+            Change::Delete(cluster, key, reference) => {
+                let Some(clusters) = self.inputs.get_mut(&key) else {
+                    return;
+                };
+                let Some(entry) = clusters.get_mut(&cluster) else {
+                    return;
+                };
+                let (_, old) = addresses(entry, &reference);
+                match &reference {
+                    ObjectRef::Export => entry.export = None,
+                    ObjectRef::Service => entry.service = None,
+                    ObjectRef::Slice(name) => {
+                        entry.slices.remove(name);
+                    }
+                }
+                if entry.is_empty() {
+                    clusters.remove(&cluster);
+                }
+                if clusters.is_empty() {
+                    self.inputs.remove(&key);
+                }
+                self.remark(&old, &[]);
+            }
+        }
+    }
+
+    /// Keeps the allocator's view of cluster-used pool addresses current.
+    fn remark(&mut self, old: &[IpAddr], new: &[IpAddr]) {
+        for ip in old {
+            self.vips.unmark_cluster_address(*ip);
+        }
+        for ip in new {
+            if let Some(holder) = self.vips.mark_cluster_address(*ip) {
+                warn!(%ip, service = %holder, "a cluster uses an address that is a clusterset VIP");
+            }
+        }
+    }
+
+    fn reconcile(&mut self, key: &ServiceKey) -> Option<Arc<Import>> {
+        let Some(inputs) = self.inputs.get(key) else {
+            self.results.remove(key);
+            self.vips.release(key);
+            return None;
+        };
+        let mut result = aggregate::aggregate(inputs, &self.local_families);
+        match &mut result.import {
+            Some(import) if import.type_ == ImportType::ClusterSetIP => {
+                match self.vips.ensure(key, &import.ip_families) {
+                    Ok(vips) => Arc::make_mut(import).vips = vips,
+                    Err(e) => warn!(service = %key, error = %e, "no VIP for the import"),
+                }
+            }
+            _ => self.vips.release(key),
+        }
+        let import = result.import.clone();
+        if result.exports.is_empty() {
+            self.results.remove(key);
+        } else {
+            self.results.insert(key.clone(), result);
+        }
+        import
+    }
+}
+
+/// The addresses an object of `entry` holds (Service cluster IPs or slice endpoints).
+fn addresses(entry: &ClusterInputs, reference: &ObjectRef) -> (ObjectRef, Vec<IpAddr>) {
+    let ips = match reference {
+        ObjectRef::Export => Vec::new(),
+        ObjectRef::Service => entry
+            .service
+            .as_ref()
+            .map(|s| s.cluster_ips.clone())
+            .unwrap_or_default(),
+        ObjectRef::Slice(name) => entry
+            .slices
+            .get(name)
+            .map(|s| {
+                s.endpoints
+                    .iter()
+                    .flat_map(|e| e.addresses.iter().copied())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    (reference.clone(), ips)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aggregate::tests::{export, service, slice};
+    use super::*;
+
+    fn key() -> ServiceKey {
+        ServiceKey::new("shop", "web")
+    }
+
+    fn upsert(cluster: &str, object: Object) -> Change {
+        Change::Upsert(cluster.into(), key(), object)
+    }
+
+    #[test]
+    fn vips_follow_the_import_lifetime() {
+        let mut engine = Engine::new(EngineSettings::default());
+        let updates = engine.apply([
+            upsert(
+                "east",
+                Object::Service(service(&["10.0.0.1", "fd00::1"], &[("http", 80)])),
+            ),
+            upsert("east", Object::Export(export(1))),
+            upsert(
+                "west",
+                Object::Service(service(&["10.0.0.2", "fd00::2"], &[("http", 80)])),
+            ),
+            upsert("west", Object::Export(export(2))),
+        ]);
+        assert_eq!(updates.len(), 1, "one service touched, reconciled once");
+        let vips = updates[0].1.as_ref().unwrap().vips.clone();
+        assert_eq!(vips.len(), 2);
+        assert!(vips[0].is_ipv4() && vips[1].is_ipv6());
+
+        // The cluster that allocated leaves: the VIPs stay.
+        let updates = engine.apply([Change::Delete("east".into(), key(), ObjectRef::Export)]);
+        assert_eq!(updates[0].1.as_ref().unwrap().vips, vips);
+        // A change that alters nothing in the import is not reported.
+        assert!(
+            engine
+                .apply([upsert("west", Object::Slice("s".into(), slice(&[])))])
+                .is_empty()
+        );
+        // The last export goes: import gone, VIPs released.
+        let updates = engine.apply([Change::Delete("west".into(), key(), ObjectRef::Export)]);
+        assert_eq!(updates, vec![(key(), None)]);
+        assert!(engine.vips_mut().allocations().is_empty());
+        assert!(engine.get(&key()).is_none());
+    }
+
+    #[test]
+    fn pool_addresses_used_by_clusters_are_never_vips() {
+        let settings = EngineSettings {
+            pools: VipPools {
+                v4: "243.0.0.0/30".parse().unwrap(),
+                ..VipPools::default()
+            },
+            ..EngineSettings::default()
+        };
+        let mut engine = Engine::new(settings);
+        let other = ServiceKey::new("shop", "other");
+        engine.apply([
+            Change::Upsert(
+                "east".into(),
+                other.clone(),
+                Object::Slice("s".into(), slice(&[("243.0.0.1", None, true)])),
+            ),
+            upsert("east", Object::Service(service(&["10.0.0.1"], &[]))),
+            upsert("east", Object::Export(export(1))),
+        ]);
+        let vips = &engine.get(&key()).unwrap().import.as_ref().unwrap().vips;
+        assert_eq!(vips, &["243.0.0.2".parse::<IpAddr>().unwrap()]);
+        // Once that endpoint is gone the address is free again, for a new service.
+        engine.apply([Change::Delete(
+            "east".into(),
+            other,
+            ObjectRef::Slice("s".into()),
+        )]);
+        let third = ServiceKey::new("shop", "third");
+        let updates = engine.apply([
+            Change::Upsert(
+                "east".into(),
+                third.clone(),
+                Object::Service(service(&["10.0.0.3"], &[])),
+            ),
+            Change::Upsert("east".into(), third, Object::Export(export(2))),
+        ]);
+        assert_eq!(
+            updates[0].1.as_ref().unwrap().vips,
+            ["243.0.0.1".parse::<IpAddr>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn restored_vips_not_claimed_are_released() {
+        let mut engine = Engine::new(EngineSettings::default());
+        let saved: IpAddr = "243.1.2.3".parse().unwrap();
+        engine.vips_mut().restore([
+            (key(), saved),
+            (
+                ServiceKey::new("shop", "gone"),
+                "243.1.2.4".parse().unwrap(),
+            ),
+        ]);
+        engine.apply([
+            upsert("east", Object::Service(service(&["10.0.0.1"], &[]))),
+            upsert("east", Object::Export(export(1))),
+        ]);
+        engine.release_unclaimed_vips();
+        assert_eq!(engine.vips_mut().allocations(), vec![(key(), saved)]);
+    }
+}

@@ -1,0 +1,15 @@
+//! clusterset-dns: a Multi-Cluster Services (KEP-1645) reconciler and the
+//! authoritative DNS server for `clusterset.local`, in one binary.
+//!
+//! Data flows one way: [`source`] → [`engine`] → [`index`] → [`dns`].
+
+pub mod cli;
+pub mod crd;
+pub mod dns;
+pub mod engine;
+pub mod index;
+pub mod model;
+pub mod serve;
+pub mod source;
+pub mod status;
+pub mod vip_state;

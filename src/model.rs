@@ -1,0 +1,226 @@
+//! The compact, Kubernetes-independent facts the engine reconciles.
+//!
+//! Sources convert Services, ServiceExports and EndpointSlices into these types
+//! (see `source::convert`), so the engine and index never hold whole API objects.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::SessionAffinityConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::crd::ServicePort;
+
+/// A member cluster's id (an RFC 1123 name; one or two DNS labels).
+pub type ClusterId = Arc<str>;
+
+/// The namespace and name that make exports of several clusters one service.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServiceKey {
+    /// Namespace of the Service and ServiceExport.
+    pub namespace: Arc<str>,
+    /// Name of the Service and ServiceExport.
+    pub name: Arc<str>,
+}
+
+impl ServiceKey {
+    /// Builds a key from a namespace and a name.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An IP family, named as Kubernetes names it (`IPv4`, `IPv6`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum IpFamily {
+    /// IPv4 (A records).
+    IPv4,
+    /// IPv6 (AAAA records).
+    IPv6,
+}
+
+impl IpFamily {
+    /// The family of an address.
+    pub fn of(ip: &IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => IpFamily::IPv4,
+            IpAddr::V6(_) => IpFamily::IPv6,
+        }
+    }
+
+    /// Parses `IPv4` / `IPv6` (the spellings of `spec.ipFamilies`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "IPv4" => Some(IpFamily::IPv4),
+            "IPv6" => Some(IpFamily::IPv6),
+            _ => None,
+        }
+    }
+
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::IPv4 => "IPv4",
+            IpFamily::IPv6 => "IPv6",
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a Service is reached, which decides the import type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServiceKind {
+    /// ClusterIP, NodePort or LoadBalancer: imported as `ClusterSetIP`.
+    ClusterIp,
+    /// `clusterIP: None`: imported as `Headless`.
+    Headless,
+    /// ExternalName: cannot be exported.
+    ExternalName,
+}
+
+/// The ServiceImport type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ImportType {
+    /// Reached through clusterset VIPs.
+    ClusterSetIP,
+    /// Reached through the ready endpoints' own addresses.
+    Headless,
+}
+
+impl ImportType {
+    /// The ServiceImport `spec.type` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImportType::ClusterSetIP => "ClusterSetIP",
+            ImportType::Headless => "Headless",
+        }
+    }
+}
+
+/// Orders exports: older first. `created` is the ServiceExport's
+/// `creationTimestamp` (or when the source first saw it), `seq` the order in
+/// which the source first saw it, for exports created in the same second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ExportAge {
+    /// Seconds since the Unix epoch.
+    pub created: i64,
+    /// Order of first sight within the source.
+    pub seq: u64,
+}
+
+/// What a cluster's ServiceExport says.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportInfo {
+    /// Age used for oldest-wins conflict resolution.
+    pub age: ExportAge,
+    /// `spec.exportedLabels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.exportedAnnotations`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What a cluster's Service says, reduced to what an import needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceInfo {
+    /// ClusterIP-like, headless or ExternalName.
+    pub kind: ServiceKind,
+    /// Ports with `protocol` defaulted to `TCP`.
+    pub ports: Vec<ServicePort>,
+    /// `spec.ipFamilies` (derived from `clusterIPs` when absent; `IPv4` when both are).
+    pub ip_families: Vec<IpFamily>,
+    /// `spec.clusterIPs` (empty for headless).
+    pub cluster_ips: Vec<IpAddr>,
+    /// `spec.sessionAffinity`, defaulted to `None`.
+    pub session_affinity: String,
+    /// `spec.sessionAffinityConfig`.
+    pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// `spec.internalTrafficPolicy`, defaulted to `Cluster`.
+    pub internal_traffic_policy: String,
+    /// `spec.trafficDistribution`.
+    pub traffic_distribution: Option<String>,
+}
+
+/// One endpoint of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Its addresses (one in practice; all of the slice's family).
+    pub addresses: Vec<IpAddr>,
+    /// `hostname`, used for the per-pod DNS name.
+    pub hostname: Option<Box<str>>,
+    /// `conditions.ready` (absent counts as ready, as in Kubernetes).
+    pub ready: bool,
+}
+
+/// The endpoints of one EndpointSlice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceInfo {
+    /// The endpoints, in slice order.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One object a source reports, already tied to its service.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    /// A ServiceExport.
+    Export(ExportInfo),
+    /// A Service.
+    Service(ServiceInfo),
+    /// An EndpointSlice, by its own name.
+    Slice(Box<str>, SliceInfo),
+}
+
+/// Which object a [`Change::Delete`] removes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectRef {
+    /// The ServiceExport.
+    Export,
+    /// The Service.
+    Service,
+    /// An EndpointSlice, by name.
+    Slice(Box<str>),
+}
+
+impl Object {
+    /// The reference that deletes this object.
+    pub fn reference(&self) -> ObjectRef {
+        match self {
+            Object::Export(_) => ObjectRef::Export,
+            Object::Service(_) => ObjectRef::Service,
+            Object::Slice(name, _) => ObjectRef::Slice(name.clone()),
+        }
+    }
+}
+
+/// A change in one cluster's objects, as sources report it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The object was created or replaced.
+    Upsert(ClusterId, ServiceKey, Object),
+    /// The object is gone.
+    Delete(ClusterId, ServiceKey, ObjectRef),
+}
+
+impl Change {
+    /// The service this change touches.
+    pub fn service(&self) -> &ServiceKey {
+        match self {
+            Change::Upsert(_, key, _) | Change::Delete(_, key, _) => key,
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! Pure conversions from typed Kubernetes objects to [`crate::model`] facts.
+//!
+//! Every source (the manifest directory here, a kube-rs watcher later) goes
+//! through these functions, so all sources agree on defaults and validation.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::crd::{self, LABEL_MCS_SERVICE_NAME, LABEL_SERVICE_NAME};
+use crate::model::{
+    Endpoint, ExportAge, ExportInfo, IpFamily, Object, ServiceInfo, ServiceKey, ServiceKind,
+    SliceInfo,
+};
+
+/// The namespace of an object whose `metadata.namespace` is missing, as `kubectl apply` assumes.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Why an object cannot be converted. Messages name the object (`Kind namespace/name`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// `metadata.name` is missing or empty.
+    #[error("{kind} in namespace {namespace} has no metadata.name")]
+    MissingName {
+        /// The object's kind.
+        kind: &'static str,
+        /// Its namespace (defaulted).
+        namespace: String,
+    },
+    /// An EndpointSlice lacks the `kubernetes.io/service-name` label.
+    #[error("{object}: missing label {LABEL_SERVICE_NAME}")]
+    MissingServiceName {
+        /// `EndpointSlice namespace/name`.
+        object: String,
+    },
+    /// An EndpointSlice of `addressType: FQDN`.
+    #[error("{object}: FQDN EndpointSlices are not supported")]
+    FqdnSlice {
+        /// `EndpointSlice namespace/name`.
+        object: String,
+    },
+    /// An EndpointSlice `addressType` other than `IPv4`, `IPv6` or `FQDN`.
+    #[error("{object}: unknown addressType {address_type:?}")]
+    UnknownAddressType {
+        /// `EndpointSlice namespace/name`.
+        object: String,
+        /// The offending value.
+        address_type: String,
+    },
+    /// An endpoint address that does not parse as an address of the slice's family.
+    #[error("{object}: address {address:?} is not an {family} address")]
+    BadAddress {
+        /// `EndpointSlice namespace/name`.
+        object: String,
+        /// The offending address.
+        address: String,
+        /// The slice's `addressType`.
+        family: IpFamily,
+    },
+    /// A `clusterIP`/`clusterIPs` entry that is not an IP address.
+    #[error("{object}: clusterIP {ip:?} is not an IP address")]
+    BadClusterIp {
+        /// `Service namespace/name`.
+        object: String,
+        /// The offending value.
+        ip: String,
+    },
+    /// An `ipFamilies` entry other than `IPv4` / `IPv6`.
+    #[error("{object}: unknown IP family {family:?} in spec.ipFamilies")]
+    BadIpFamily {
+        /// `Service namespace/name`.
+        object: String,
+        /// The offending value.
+        family: String,
+    },
+}
+
+/// `metadata.namespace`, defaulted to [`DEFAULT_NAMESPACE`].
+pub fn namespace_of(meta: &ObjectMeta) -> &str {
+    match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ => DEFAULT_NAMESPACE,
+    }
+}
+
+/// The defaulted namespace and the required name of an object.
+fn identity<'a>(
+    kind: &'static str,
+    meta: &'a ObjectMeta,
+) -> Result<(&'a str, &'a str), ConvertError> {
+    let namespace = namespace_of(meta);
+    match meta.name.as_deref() {
+        Some(name) if !name.is_empty() => Ok((namespace, name)),
+        _ => Err(ConvertError::MissingName {
+            kind,
+            namespace: namespace.to_owned(),
+        }),
+    }
+}
+
+fn non_empty(s: &Option<String>) -> Option<&str> {
+    s.as_deref().filter(|s| !s.is_empty())
+}
+
+/// Converts a Service into its [`ServiceInfo`], keyed by its namespace and name.
+pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
+    let (namespace, name) = identity("Service", &svc.metadata)?;
+    let object = || format!("Service {namespace}/{name}");
+    let default_spec = Default::default();
+    let spec = svc.spec.as_ref().unwrap_or(&default_spec);
+
+    let raw_ips: Vec<&str> = match spec.cluster_ips.as_deref() {
+        Some(ips) if !ips.is_empty() => ips.iter().map(String::as_str).collect(),
+        _ => non_empty(&spec.cluster_ip).into_iter().collect(),
+    };
+    let headless = non_empty(&spec.cluster_ip) == Some("None") || raw_ips.first() == Some(&"None");
+    let kind = if non_empty(&spec.type_) == Some("ExternalName") {
+        ServiceKind::ExternalName
+    } else if headless {
+        ServiceKind::Headless
+    } else {
+        ServiceKind::ClusterIp
+    };
+
+    let mut cluster_ips = Vec::new();
+    for raw in raw_ips
+        .into_iter()
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+    {
+        let ip: IpAddr = raw.parse().map_err(|_| ConvertError::BadClusterIp {
+            object: object(),
+            ip: raw.to_owned(),
+        })?;
+        cluster_ips.push(ip);
+    }
+
+    let mut ip_families = Vec::new();
+    match spec.ip_families.as_deref() {
+        Some(families) if !families.is_empty() => {
+            for family in families {
+                let parsed = IpFamily::parse(family).ok_or_else(|| ConvertError::BadIpFamily {
+                    object: object(),
+                    family: family.clone(),
+                })?;
+                if !ip_families.contains(&parsed) {
+                    ip_families.push(parsed);
+                }
+            }
+        }
+        _ => {
+            for ip in &cluster_ips {
+                let family = IpFamily::of(ip);
+                if !ip_families.contains(&family) {
+                    ip_families.push(family);
+                }
+            }
+        }
+    }
+    if ip_families.is_empty() {
+        ip_families.push(IpFamily::IPv4);
+    }
+
+    let ports = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| crd::ServicePort {
+            name: p.name.clone(),
+            protocol: Some(non_empty(&p.protocol).unwrap_or("TCP").to_owned()),
+            app_protocol: p.app_protocol.clone(),
+            port: p.port,
+        })
+        .collect();
+
+    let info = ServiceInfo {
+        kind,
+        ports,
+        ip_families,
+        cluster_ips,
+        session_affinity: non_empty(&spec.session_affinity)
+            .unwrap_or("None")
+            .to_owned(),
+        session_affinity_config: spec.session_affinity_config.clone(),
+        internal_traffic_policy: non_empty(&spec.internal_traffic_policy)
+            .unwrap_or("Cluster")
+            .to_owned(),
+        traffic_distribution: spec.traffic_distribution.clone(),
+    };
+    Ok((ServiceKey::new(namespace, name), Object::Service(info)))
+}
+
+/// Converts a ServiceExport (either served version deserializes into this type).
+///
+/// `observed` is when and in which order the source first saw the export;
+/// `metadata.creationTimestamp`, when present, replaces `observed.created`.
+pub fn service_export(
+    export: &crd::v1alpha1::ServiceExport,
+    observed: ExportAge,
+) -> Result<(ServiceKey, Object), ConvertError> {
+    let (namespace, name) = identity("ServiceExport", &export.metadata)?;
+    let created = export
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(observed.created, |t| t.0.as_second());
+    let info = ExportInfo {
+        age: ExportAge {
+            created,
+            seq: observed.seq,
+        },
+        labels: export.spec.exported_labels.clone(),
+        annotations: export.spec.exported_annotations.clone(),
+    };
+    Ok((ServiceKey::new(namespace, name), Object::Export(info)))
+}
+
+/// True for an EndpointSlice an MCS implementation made for an import
+/// (`multicluster.kubernetes.io/service-name` without `kubernetes.io/service-name`):
+/// it describes another cluster's endpoints, so sources skip it.
+pub fn is_imported_slice(slice: &EndpointSlice) -> bool {
+    let labels = slice.metadata.labels.as_ref();
+    let has = |label: &str| labels.is_some_and(|l| l.contains_key(label));
+    has(LABEL_MCS_SERVICE_NAME) && !has(LABEL_SERVICE_NAME)
+}
+
+/// Converts an EndpointSlice, keyed by the Service its `kubernetes.io/service-name` label names.
+pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), ConvertError> {
+    let (namespace, name) = identity("EndpointSlice", &slice.metadata)?;
+    let object = || format!("EndpointSlice {namespace}/{name}");
+    let service = slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SERVICE_NAME))
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ConvertError::MissingServiceName { object: object() })?;
+    let family = match slice.address_type.as_str() {
+        "IPv4" => IpFamily::IPv4,
+        "IPv6" => IpFamily::IPv6,
+        "FQDN" => return Err(ConvertError::FqdnSlice { object: object() }),
+        other => {
+            return Err(ConvertError::UnknownAddressType {
+                object: object(),
+                address_type: other.to_owned(),
+            });
+        }
+    };
+
+    let mut endpoints = Vec::new();
+    for ep in slice.endpoints.iter().flatten() {
+        let mut addresses = Vec::with_capacity(ep.addresses.len());
+        for raw in &ep.addresses {
+            let ip = raw
+                .parse::<IpAddr>()
+                .ok()
+                .filter(|ip| IpFamily::of(ip) == family)
+                .ok_or_else(|| ConvertError::BadAddress {
+                    object: object(),
+                    address: raw.clone(),
+                    family,
+                })?;
+            addresses.push(ip);
+        }
+        endpoints.push(Endpoint {
+            addresses,
+            hostname: ep.hostname.as_deref().map(Box::from),
+            ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
+        });
+    }
+    Ok((
+        ServiceKey::new(namespace, service),
+        Object::Slice(name.into(), SliceInfo { endpoints }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn slice(v: serde_json::Value) -> EndpointSlice {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn service_info(v: serde_json::Value) -> (ServiceKey, ServiceInfo) {
+        match service(&svc(v)).unwrap() {
+            (key, Object::Service(info)) => (key, info),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cluster_ip_service_defaults() {
+        let (key, info) = service_info(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1", "fd00::1"],
+                     "ports": [{"name": "http", "port": 80, "appProtocol": "http"},
+                               {"port": 53, "protocol": "UDP"}]}
+        }));
+        assert_eq!(key, ServiceKey::new("default", "web"));
+        assert_eq!(info.kind, ServiceKind::ClusterIp);
+        assert_eq!(
+            info.ports,
+            vec![
+                crd::ServicePort {
+                    name: Some("http".into()),
+                    protocol: Some("TCP".into()),
+                    app_protocol: Some("http".into()),
+                    port: 80
+                },
+                crd::ServicePort {
+                    name: None,
+                    protocol: Some("UDP".into()),
+                    app_protocol: None,
+                    port: 53
+                },
+            ]
+        );
+        assert_eq!(info.ip_families, vec![IpFamily::IPv4, IpFamily::IPv6]);
+        assert_eq!(
+            info.cluster_ips,
+            vec![
+                "10.0.0.1".parse::<IpAddr>().unwrap(),
+                "fd00::1".parse().unwrap()
+            ]
+        );
+        assert_eq!(info.session_affinity, "None");
+        assert_eq!(info.internal_traffic_policy, "Cluster");
+        assert_eq!(info.traffic_distribution, None);
+        assert_eq!(info.session_affinity_config, None);
+    }
+
+    #[test]
+    fn service_families_and_copied_fields() {
+        let (_, info) = service_info(json!({
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"clusterIP": "fd00::5", "ipFamilies": ["IPv6"],
+                     "sessionAffinity": "ClientIP",
+                     "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 30}},
+                     "internalTrafficPolicy": "Local", "trafficDistribution": "PreferClose"}
+        }));
+        assert_eq!(info.ip_families, vec![IpFamily::IPv6]);
+        assert_eq!(info.cluster_ips, vec!["fd00::5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(info.session_affinity, "ClientIP");
+        assert_eq!(
+            info.session_affinity_config
+                .and_then(|c| c.client_ip)
+                .and_then(|c| c.timeout_seconds),
+            Some(30)
+        );
+        assert_eq!(info.internal_traffic_policy, "Local");
+        assert_eq!(info.traffic_distribution.as_deref(), Some("PreferClose"));
+
+        // No spec at all: ClusterIP kind, IPv4, no IPs.
+        let (_, info) = service_info(json!({"metadata": {"name": "bare"}}));
+        assert_eq!(info.kind, ServiceKind::ClusterIp);
+        assert_eq!(info.ip_families, vec![IpFamily::IPv4]);
+        assert!(info.cluster_ips.is_empty() && info.ports.is_empty());
+    }
+
+    #[test]
+    fn headless_and_external_name() {
+        let (_, info) = service_info(json!({
+            "metadata": {"name": "db", "namespace": "prod"},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "ports": [{"port": 5432}]}
+        }));
+        assert_eq!(info.kind, ServiceKind::Headless);
+        assert!(info.cluster_ips.is_empty());
+        assert_eq!(info.ip_families, vec![IpFamily::IPv4]);
+
+        let (_, info) = service_info(json!({
+            "metadata": {"name": "ext", "namespace": "prod"},
+            "spec": {"type": "ExternalName", "externalName": "example.com"}
+        }));
+        assert_eq!(info.kind, ServiceKind::ExternalName);
+    }
+
+    #[test]
+    fn service_errors_name_the_object() {
+        let err = service(&svc(json!({
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"clusterIP": "10.0.0.x"}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"Service prod/web: clusterIP "10.0.0.x" is not an IP address"#
+        );
+        let err = service(&svc(json!({
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"ipFamilies": ["ipv4"]}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"Service prod/web: unknown IP family "ipv4" in spec.ipFamilies"#
+        );
+        let err = service(&svc(json!({"metadata": {"namespace": "prod"}}))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Service in namespace prod has no metadata.name"
+        );
+    }
+
+    #[test]
+    fn export_age_prefers_creation_timestamp() {
+        let observed = ExportAge {
+            created: 1000,
+            seq: 7,
+        };
+        let export: crd::v1alpha1::ServiceExport = serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+            "metadata": {"name": "web", "namespace": "prod",
+                         "creationTimestamp": "2024-01-02T03:04:05Z"},
+            "spec": {"exportedLabels": {"tier": "front"}, "exportedAnnotations": {"a": "b"}}
+        }))
+        .unwrap();
+        let (key, obj) = service_export(&export, observed).unwrap();
+        assert_eq!(key, ServiceKey::new("prod", "web"));
+        let Object::Export(info) = obj else { panic!() };
+        assert_eq!(
+            info.age,
+            ExportAge {
+                created: 1_704_164_645,
+                seq: 7
+            }
+        );
+        assert_eq!(info.labels.get("tier").map(String::as_str), Some("front"));
+        assert_eq!(info.annotations.get("a").map(String::as_str), Some("b"));
+
+        let export: crd::v1alpha1::ServiceExport = serde_json::from_value(json!({
+            "metadata": {"name": "web"}, "spec": {}
+        }))
+        .unwrap();
+        let (key, obj) = service_export(&export, observed).unwrap();
+        assert_eq!(key, ServiceKey::new("default", "web"));
+        let Object::Export(info) = obj else { panic!() };
+        assert_eq!(info.age, observed);
+        assert!(info.labels.is_empty() && info.annotations.is_empty());
+    }
+
+    #[test]
+    fn endpoint_slice_conversion() {
+        let s = slice(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-abc12", "namespace": "prod",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.1.0.1"], "hostname": "web-0"},
+                {"addresses": ["10.1.0.2"], "conditions": {"ready": false}},
+                {"addresses": ["10.1.0.3"], "conditions": {"serving": true}}
+            ]
+        }));
+        assert!(!is_imported_slice(&s));
+        let (key, obj) = endpoint_slice(&s).unwrap();
+        assert_eq!(key, ServiceKey::new("prod", "web"));
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            obj,
+            Object::Slice(
+                "web-abc12".into(),
+                SliceInfo {
+                    endpoints: vec![
+                        Endpoint {
+                            addresses: vec![ip("10.1.0.1")],
+                            hostname: Some("web-0".into()),
+                            ready: true
+                        },
+                        Endpoint {
+                            addresses: vec![ip("10.1.0.2")],
+                            hostname: None,
+                            ready: false
+                        },
+                        Endpoint {
+                            addresses: vec![ip("10.1.0.3")],
+                            hostname: None,
+                            ready: true
+                        },
+                    ]
+                }
+            )
+        );
+
+        let s = slice(json!({
+            "metadata": {"name": "web-v6",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv6", "endpoints": [{"addresses": ["fd00::7"]}]
+        }));
+        let (key, Object::Slice(_, info)) = endpoint_slice(&s).unwrap() else {
+            panic!()
+        };
+        assert_eq!(key, ServiceKey::new("default", "web"));
+        assert_eq!(info.endpoints[0].addresses, vec![ip("fd00::7")]);
+    }
+
+    #[test]
+    fn endpoint_slice_errors_name_the_object() {
+        let base = |addr_type: &str, addr: &str, labels: serde_json::Value| {
+            slice(json!({
+                "metadata": {"name": "web-abc12", "namespace": "prod", "labels": labels},
+                "addressType": addr_type, "endpoints": [{"addresses": [addr]}]
+            }))
+        };
+        let label = json!({"kubernetes.io/service-name": "web"});
+        let msg = |s: EndpointSlice| endpoint_slice(&s).unwrap_err().to_string();
+        assert_eq!(
+            msg(base("IPv4", "10.0.0.x", label.clone())),
+            r#"EndpointSlice prod/web-abc12: address "10.0.0.x" is not an IPv4 address"#
+        );
+        assert_eq!(
+            msg(base("IPv4", "fd00::1", label.clone())),
+            r#"EndpointSlice prod/web-abc12: address "fd00::1" is not an IPv4 address"#
+        );
+        assert_eq!(
+            msg(base("IPv6", "10.0.0.1", label.clone())),
+            r#"EndpointSlice prod/web-abc12: address "10.0.0.1" is not an IPv6 address"#
+        );
+        assert_eq!(
+            msg(base("FQDN", "example.com", label.clone())),
+            "EndpointSlice prod/web-abc12: FQDN EndpointSlices are not supported"
+        );
+        assert_eq!(
+            msg(base("IPv5", "10.0.0.1", label)),
+            r#"EndpointSlice prod/web-abc12: unknown addressType "IPv5""#
+        );
+        let unlabeled = base("IPv4", "10.0.0.1", json!({}));
+        assert_eq!(
+            msg(unlabeled),
+            "EndpointSlice prod/web-abc12: missing label kubernetes.io/service-name"
+        );
+        let imported = base(
+            "IPv4",
+            "10.0.0.1",
+            json!({"multicluster.kubernetes.io/service-name": "web"}),
+        );
+        assert!(is_imported_slice(&imported));
+    }
+}

@@ -1,0 +1,1218 @@
+//! The manifest-directory source: member clusters described by YAML/JSON files.
+//!
+//! Layout: `DIR/<cluster-id>/**/*.{yaml,yml,json}`. Each top-level folder is one
+//! member cluster (its name is the cluster id); below it, files at any depth hold
+//! what `kubectl get -o yaml` prints: Services, ServiceExports (`v1alpha1` or
+//! `v1beta1`), EndpointSlices, Namespaces and `List`s of those. Hidden files and
+//! folders, other extensions and files directly in `DIR` are skipped.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::{Map, Value};
+use walkdir::WalkDir;
+
+use super::convert;
+use crate::crd;
+use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
+
+/// Something wrong with the directory, a file or one document of a file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Problem {
+    /// The file (or folder) at fault.
+    pub file: PathBuf,
+    /// The 1-based document number within the file, when one document is at fault.
+    pub document: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.document {
+            Some(n) => write!(f, "{}: document {n}: {}", self.file.display(), self.reason),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+/// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
+pub fn is_valid_cluster_id(name: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let labels: Vec<&str> = name.split('.').collect();
+    labels.len() <= 2 && labels.into_iter().all(label_ok)
+}
+
+/// The kinds this source turns into facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    ServiceExport,
+    Service,
+    EndpointSlice,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::ServiceExport => "ServiceExport",
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+        }
+    }
+}
+
+/// The Kubernetes identity of an object: what makes two definitions "the same object".
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Ident {
+    cluster: ClusterId,
+    kind: Kind,
+    namespace: String,
+    name: String,
+}
+
+impl fmt::Display for Ident {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// One object as a file defines it.
+#[derive(Clone, Debug)]
+struct Def {
+    key: ServiceKey,
+    object: Object,
+    document: usize,
+}
+
+/// What a file looked like when last read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime: Option<SystemTime>,
+}
+
+impl Stamp {
+    fn of(meta: &fs::Metadata) -> Self {
+        Stamp {
+            len: meta.len(),
+            mtime: meta.modified().ok(),
+        }
+    }
+}
+
+/// A file's last read stamp, its effective objects and its own problems.
+#[derive(Debug)]
+struct FileState {
+    stamp: Stamp,
+    objects: BTreeMap<Ident, Def>,
+    problems: Vec<Problem>,
+}
+
+/// The result of walking the directory.
+#[derive(Default)]
+struct Walk {
+    files: BTreeMap<PathBuf, (ClusterId, Stamp)>,
+    problems: Vec<Problem>,
+    /// Paths that could not be read: known files below them are kept as they were.
+    keep: Vec<PathBuf>,
+}
+
+/// The per-file bookkeeping while one file's documents are handled.
+struct FileCtx<'a> {
+    path: &'a Path,
+    cluster: ClusterId,
+    old: Option<&'a BTreeMap<Ident, Def>>,
+    objects: BTreeMap<Ident, Def>,
+    problems: Vec<Problem>,
+}
+
+/// What converting one typed document gave.
+enum Converted {
+    Object(ServiceKey, Object),
+    /// A valid object this source deliberately skips (named for the log).
+    Skipped(&'static str),
+}
+
+/// Reads a manifest directory and reports its objects as [`Change`]s, file by file.
+#[derive(Debug)]
+pub struct ManifestSource {
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, FileState>,
+    /// Which files define each object (the first one wins).
+    defs: BTreeMap<Ident, BTreeSet<PathBuf>>,
+    /// What the engine has been told, per object.
+    emitted: HashMap<Ident, (ServiceKey, Object)>,
+    /// Observed ages of the ServiceExports that exist.
+    ages: HashMap<Ident, ExportAge>,
+    next_seq: u64,
+    problems: Vec<Problem>,
+    ignored_logged: HashSet<(PathBuf, String)>,
+}
+
+impl ManifestSource {
+    /// A source for `dir`; nothing is read until [`rescan`](Self::rescan).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        ManifestSource {
+            dir: dir.into(),
+            files: BTreeMap::new(),
+            defs: BTreeMap::new(),
+            emitted: HashMap::new(),
+            ages: HashMap::new(),
+            next_seq: 0,
+            problems: Vec::new(),
+            ignored_logged: HashSet::new(),
+        }
+    }
+
+    /// The directory this source reads.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Problems found by the latest rescan that are still current, sorted by file.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.problems.clone()
+    }
+
+    /// Walks the directory, re-reads every file that is new, whose (len, mtime)
+    /// changed or whose path is in `touched`, forgets files that are gone, and
+    /// returns the Changes since the previous call (the first call returns everything).
+    pub fn rescan(&mut self, touched: &HashSet<PathBuf>) -> Vec<Change> {
+        let walk = self.walk();
+        let mut affected = BTreeSet::new();
+
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !walk.files.contains_key(*p) && !walk.keep.iter().any(|k| p.starts_with(k)))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(state) = self.files.remove(&path) {
+                self.undefine(&path, &state, &mut affected);
+            }
+        }
+
+        let now = unix_now();
+        for (path, (cluster, stamp)) in walk.files {
+            let unchanged = self
+                .files
+                .get(&path)
+                .is_some_and(|s| s.stamp == stamp && !touched.contains(&path));
+            if unchanged {
+                continue;
+            }
+            let old = self.files.remove(&path);
+            if let Some(old) = &old {
+                self.undefine(&path, old, &mut affected);
+            }
+            let state = self.read_file(&path, cluster, stamp, old.map(|s| s.objects), now);
+            for ident in state.objects.keys() {
+                affected.insert(ident.clone());
+                self.defs
+                    .entry(ident.clone())
+                    .or_default()
+                    .insert(path.clone());
+            }
+            self.files.insert(path, state);
+        }
+
+        let changes = self.settle(affected);
+        self.ages.retain(|ident, _| self.defs.contains_key(ident));
+        self.update_problems(walk.problems);
+        changes
+    }
+
+    /// Removes `path`'s definitions from the index, noting the objects touched.
+    fn undefine(&mut self, path: &Path, state: &FileState, affected: &mut BTreeSet<Ident>) {
+        for ident in state.objects.keys() {
+            affected.insert(ident.clone());
+            if let Some(paths) = self.defs.get_mut(ident) {
+                paths.remove(path);
+                if paths.is_empty() {
+                    self.defs.remove(ident);
+                }
+            }
+        }
+    }
+
+    /// Compares the winning definition of each affected object with what was emitted.
+    fn settle(&mut self, affected: BTreeSet<Ident>) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for ident in affected {
+            let new = self
+                .defs
+                .get(&ident)
+                .and_then(|paths| paths.first())
+                .and_then(|p| self.files.get(p))
+                .and_then(|f| f.objects.get(&ident))
+                .map(|d| (d.key.clone(), d.object.clone()));
+            let old = self.emitted.remove(&ident);
+            let cluster = &ident.cluster;
+            match (old, &new) {
+                (None, None) => {}
+                (Some((key, obj)), None) => {
+                    changes.push(Change::Delete(cluster.clone(), key, obj.reference()));
+                }
+                (None, Some((key, obj))) => {
+                    changes.push(Change::Upsert(cluster.clone(), key.clone(), obj.clone()));
+                }
+                (Some((old_key, old_obj)), Some((key, obj))) => {
+                    if old_key != *key {
+                        changes.push(Change::Delete(
+                            cluster.clone(),
+                            old_key,
+                            old_obj.reference(),
+                        ));
+                        changes.push(Change::Upsert(cluster.clone(), key.clone(), obj.clone()));
+                    } else if old_obj != *obj {
+                        changes.push(Change::Upsert(cluster.clone(), key.clone(), obj.clone()));
+                    }
+                }
+            }
+            if let Some(new) = new {
+                self.emitted.insert(ident, new);
+            }
+        }
+        changes.sort_by(|a, b| change_order(a).cmp(&change_order(b)));
+        changes
+    }
+
+    /// Gathers the current problems and warns about the new ones.
+    fn update_problems(&mut self, walk_problems: Vec<Problem>) {
+        let mut current = walk_problems;
+        for state in self.files.values() {
+            current.extend(state.problems.iter().cloned());
+        }
+        for (ident, paths) in &self.defs {
+            let mut paths = paths.iter();
+            let Some(winner) = paths.next() else { continue };
+            for path in paths {
+                let document = self.files[path].objects.get(ident).map(|d| d.document);
+                current.push(Problem {
+                    file: path.clone(),
+                    document,
+                    reason: format!("{ident} also defined in {}", winner.display()),
+                });
+            }
+        }
+        current.sort();
+        current.dedup();
+        let before: HashSet<&Problem> = self.problems.iter().collect();
+        for problem in current.iter().filter(|p| !before.contains(p)) {
+            tracing::warn!("{problem}");
+        }
+        self.problems = current;
+    }
+
+    /// Lists cluster folders and their manifest files, in sorted order.
+    fn walk(&self) -> Walk {
+        let mut walk = Walk::default();
+        let fail = |walk: &mut Walk, path: &Path, reason: String| {
+            walk.problems.push(Problem {
+                file: path.to_path_buf(),
+                document: None,
+                reason,
+            });
+            walk.keep.push(path.to_path_buf());
+        };
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                fail(&mut walk, &self.dir, format!("cannot read directory: {e}"));
+                return walk;
+            }
+        };
+        let mut clusters = Vec::new();
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    fail(&mut walk, &self.dir, format!("cannot read directory: {e}"));
+                    continue;
+                }
+            };
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            match fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => clusters.push((name, path)),
+                Ok(_) => {
+                    tracing::debug!(file = %path.display(), "ignoring file outside cluster folders")
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => fail(&mut walk, &path, format!("cannot read: {e}")),
+            }
+        }
+        clusters.sort();
+
+        for (name, cluster_dir) in clusters {
+            if !is_valid_cluster_id(&name) {
+                walk.problems.push(Problem {
+                    file: cluster_dir,
+                    document: None,
+                    reason: format!(
+                        "folder name {name:?} is not a valid cluster id \
+                         (a lower-case RFC 1123 DNS subdomain of at most 2 labels); skipped"
+                    ),
+                });
+                continue;
+            }
+            let cluster: ClusterId = name.into();
+            let walker = WalkDir::new(&cluster_dir)
+                .follow_links(true)
+                .sort_by_file_name()
+                .min_depth(1)
+                .into_iter()
+                .filter_entry(|e| !e.file_name().to_string_lossy().starts_with('.'));
+            for entry in walker {
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        if e.io_error()
+                            .is_some_and(|e| e.kind() == io::ErrorKind::NotFound)
+                        {
+                            continue;
+                        }
+                        let path = e.path().unwrap_or(&cluster_dir).to_path_buf();
+                        fail(&mut walk, &path, format!("cannot read: {e}"));
+                        continue;
+                    }
+                };
+                if !entry.file_type().is_file() || !is_manifest(entry.path()) {
+                    continue;
+                }
+                match entry.metadata() {
+                    Ok(meta) => {
+                        walk.files
+                            .insert(entry.into_path(), (cluster.clone(), Stamp::of(&meta)));
+                    }
+                    Err(e)
+                        if e.io_error()
+                            .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) => {}
+                    Err(e) => fail(&mut walk, entry.path(), format!("cannot read: {e}")),
+                }
+            }
+        }
+        walk
+    }
+
+    /// Reads one file; on a file-level failure keeps `old` as its objects.
+    fn read_file(
+        &mut self,
+        path: &Path,
+        cluster: ClusterId,
+        stamp: Stamp,
+        old: Option<BTreeMap<Ident, Def>>,
+        now: i64,
+    ) -> FileState {
+        let documents = match read_documents(path) {
+            Ok(documents) => documents,
+            Err(reason) => {
+                return FileState {
+                    stamp,
+                    objects: old.unwrap_or_default(),
+                    problems: vec![Problem {
+                        file: path.to_path_buf(),
+                        document: None,
+                        reason,
+                    }],
+                };
+            }
+        };
+        let mut ctx = FileCtx {
+            path,
+            cluster,
+            old: old.as_ref(),
+            objects: BTreeMap::new(),
+            problems: Vec::new(),
+        };
+        for (i, value) in documents.into_iter().enumerate() {
+            self.document(&mut ctx, value, i + 1, None, now);
+        }
+        FileState {
+            stamp,
+            objects: ctx.objects,
+            problems: ctx.problems,
+        }
+    }
+
+    /// Handles one document (or one item of a `List` document).
+    fn document(
+        &mut self,
+        ctx: &mut FileCtx<'_>,
+        value: Value,
+        doc: usize,
+        item: Option<usize>,
+        now: i64,
+    ) {
+        let problem = |ctx: &mut FileCtx<'_>, reason: String| {
+            ctx.problems.push(Problem {
+                file: ctx.path.to_path_buf(),
+                document: Some(doc),
+                reason: match item {
+                    Some(i) => format!("item {i}: {reason}"),
+                    None => reason,
+                },
+            });
+        };
+        if value.is_null() {
+            return;
+        }
+        let Some(map) = value.as_object() else {
+            problem(ctx, "not a Kubernetes object (expected a mapping)".into());
+            return;
+        };
+        let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind_name = map.get("kind").and_then(Value::as_str).unwrap_or("");
+        if api_version.is_empty() || kind_name.is_empty() {
+            problem(ctx, "missing apiVersion or kind".into());
+            return;
+        }
+        let kind = match (api_version, kind_name) {
+            ("v1", "List") => {
+                let Some(items) = map.get("items").and_then(Value::as_array) else {
+                    if !map.get("items").is_none_or(Value::is_null) {
+                        problem(ctx, "List items is not a sequence".into());
+                    }
+                    return;
+                };
+                for (i, item_value) in items.clone().into_iter().enumerate() {
+                    // Items of nested lists are numbered within their own list.
+                    self.document(ctx, item_value, doc, Some(i + 1), now);
+                }
+                return;
+            }
+            ("v1", "Namespace") => return,
+            ("v1", "Service") => Kind::Service,
+            ("discovery.k8s.io/v1", "EndpointSlice") => Kind::EndpointSlice,
+            (v, "ServiceExport")
+                if crd::VERSIONS
+                    .iter()
+                    .any(|ver| v == format!("{}/{ver}", crd::GROUP)) =>
+            {
+                Kind::ServiceExport
+            }
+            _ => {
+                let label = format!("{api_version} {kind_name}");
+                self.log_ignored(ctx.path, label);
+                return;
+            }
+        };
+        let ident = read_ident(&ctx.cluster, kind, map);
+        match self.convert(kind, value, ident.as_ref(), now) {
+            Ok(Converted::Object(key, object)) => {
+                let Some(ident) = ident else {
+                    // Conversion requires a name, so this does not happen.
+                    problem(ctx, format!("{} without a name", kind.as_str()));
+                    return;
+                };
+                if let Some(first) = ctx.objects.get(&ident) {
+                    let reason = format!(
+                        "{ident} is defined again (first in document {})",
+                        first.document
+                    );
+                    problem(ctx, reason);
+                } else {
+                    ctx.objects.insert(
+                        ident,
+                        Def {
+                            key,
+                            object,
+                            document: doc,
+                        },
+                    );
+                }
+            }
+            Ok(Converted::Skipped(label)) => self.log_ignored(ctx.path, label.to_owned()),
+            Err(reason) => {
+                problem(ctx, reason);
+                if let Some(ident) = ident
+                    && !ctx.objects.contains_key(&ident)
+                    && let Some(prev) = ctx.old.and_then(|old| old.get(&ident))
+                {
+                    let mut prev = prev.clone();
+                    prev.document = doc;
+                    ctx.objects.insert(ident, prev);
+                }
+            }
+        }
+    }
+
+    /// Deserializes a document into its typed object and converts it.
+    fn convert(
+        &mut self,
+        kind: Kind,
+        mut value: Value,
+        ident: Option<&Ident>,
+        now: i64,
+    ) -> Result<Converted, String> {
+        let typed_err = |e: serde_json::Error| match ident {
+            Some(ident) => format!("{ident}: {e}"),
+            None => format!("{}: {e}", kind.as_str()),
+        };
+        let converted = match kind {
+            Kind::Service => {
+                let svc: Service = serde_json::from_value(value).map_err(typed_err)?;
+                convert::service(&svc)
+            }
+            Kind::EndpointSlice => {
+                let slice: EndpointSlice = serde_json::from_value(value).map_err(typed_err)?;
+                if convert::is_imported_slice(&slice) {
+                    return Ok(Converted::Skipped("EndpointSlice of a multicluster import"));
+                }
+                convert::endpoint_slice(&slice)
+            }
+            Kind::ServiceExport => {
+                // `spec` is optional in practice (an export with no exported labels).
+                if let Some(map) = value.as_object_mut()
+                    && map.get("spec").is_none_or(Value::is_null)
+                {
+                    map.insert("spec".into(), Value::Object(Map::new()));
+                }
+                let export: crd::v1alpha1::ServiceExport =
+                    serde_json::from_value(value).map_err(typed_err)?;
+                let observed = match ident {
+                    Some(ident) => *self.ages.entry(ident.clone()).or_insert_with(|| {
+                        self.next_seq += 1;
+                        ExportAge {
+                            created: now,
+                            seq: self.next_seq,
+                        }
+                    }),
+                    None => ExportAge {
+                        created: now,
+                        seq: 0,
+                    },
+                };
+                convert::service_export(&export, observed)
+            }
+        };
+        converted
+            .map(|(key, object)| Converted::Object(key, object))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Logs one line per file and ignored kind.
+    fn log_ignored(&mut self, path: &Path, label: String) {
+        let key = (path.to_path_buf(), label);
+        if !self.ignored_logged.contains(&key) {
+            tracing::info!(file = %path.display(), "ignoring {} objects", key.1);
+            self.ignored_logged.insert(key);
+        }
+    }
+}
+
+/// Reads the identity of an object from its raw document, when it is readable.
+fn read_ident(cluster: &ClusterId, kind: Kind, map: &Map<String, Value>) -> Option<Ident> {
+    let meta = map.get("metadata")?;
+    let name = meta.get("name")?.as_str().filter(|n| !n.is_empty())?;
+    let namespace = match meta.get("namespace") {
+        None | Some(Value::Null) => convert::DEFAULT_NAMESPACE,
+        Some(ns) => match ns.as_str()? {
+            "" => convert::DEFAULT_NAMESPACE,
+            ns => ns,
+        },
+    };
+    Some(Ident {
+        cluster: cluster.clone(),
+        kind,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    })
+}
+
+/// `*.yaml`, `*.yml` or `*.json`.
+fn is_manifest(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// Parses a file into its documents (`Err` when the file as a whole is unusable).
+fn read_documents(path: &Path) -> Result<Vec<Value>, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    if path.extension().is_some_and(|e| e == "json") {
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("invalid JSON: {e}"))
+    } else {
+        let options = serde_saphyr::options! {
+            with_snippet: false,
+            budget: serde_saphyr::budget! {
+                max_documents: 1_000_000,
+                max_nodes: 50_000_000,
+                max_events: 200_000_000,
+            },
+        };
+        serde_saphyr::from_multiple_with_options::<Value>(&text, options)
+            .map_err(|e| format!("invalid YAML: {e}"))
+    }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Orders a batch by cluster, service and object, deletes before upserts.
+fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
+    match change {
+        Change::Delete(cluster, key, r) => (cluster, key, r.clone(), false),
+        Change::Upsert(cluster, key, obj) => (cluster, key, obj.reference(), true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ServiceKind, SliceInfo};
+
+    fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
+        let path = root.join(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn none() -> HashSet<PathBuf> {
+        HashSet::new()
+    }
+
+    /// `U|D cluster ns/name Kind[/slice]`, one line per change.
+    fn summary(changes: &[Change]) -> Vec<String> {
+        let r = |r: &ObjectRef| match r {
+            ObjectRef::Export => "Export".to_owned(),
+            ObjectRef::Service => "Service".to_owned(),
+            ObjectRef::Slice(n) => format!("Slice/{n}"),
+        };
+        changes
+            .iter()
+            .map(|c| match c {
+                Change::Upsert(cl, k, o) => format!("U {cl} {k} {}", r(&o.reference())),
+                Change::Delete(cl, k, o) => format!("D {cl} {k} {}", r(o)),
+            })
+            .collect()
+    }
+
+    fn svc(ns: &str, name: &str, ip: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\n\
+             spec:\n  clusterIP: {ip}\n  ports:\n  - port: 80\n"
+        )
+    }
+
+    fn export(ns: &str, name: &str) -> String {
+        format!(
+            "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\n\
+             metadata:\n  name: {name}\n  namespace: {ns}\n"
+        )
+    }
+
+    fn slice(ns: &str, name: &str, service: &str, ip: &str) -> String {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}\n  \
+             namespace: {ns}\n  labels:\n    kubernetes.io/service-name: {service}\n\
+             addressType: IPv4\nendpoints:\n- addresses: [\"{ip}\"]\n"
+        )
+    }
+
+    fn upserted<'a>(changes: &'a [Change], cluster: &str, key: &str) -> Vec<&'a Object> {
+        changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Upsert(cl, k, o) if &**cl == cluster && k.to_string() == key => Some(o),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn export_age(changes: &[Change], cluster: &str, key: &str) -> ExportAge {
+        upserted(changes, cluster, key)
+            .into_iter()
+            .find_map(|o| match o {
+                Object::Export(e) => Some(e.age),
+                _ => None,
+            })
+            .expect("export upserted")
+    }
+
+    fn two_clusters(root: &Path) {
+        write(
+            root,
+            "east/prod/web.yaml",
+            &format!(
+                "{}---\n{}---\n{}",
+                export("prod", "web"),
+                svc("prod", "web", "10.0.0.1"),
+                slice("prod", "web-abc", "web", "10.1.0.1")
+            ),
+        );
+        write(root, "east/db.yml", &svc("prod", "db", "None"));
+        write(
+            root,
+            "west/all.yaml",
+            &format!(
+                "{}---\n{}",
+                export("prod", "web"),
+                svc("prod", "web", "10.9.0.1")
+            ),
+        );
+    }
+
+    #[test]
+    fn first_scan_reports_everything_then_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        two_clusters(dir.path());
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec![
+                "U east prod/db Service",
+                "U east prod/web Export",
+                "U east prod/web Service",
+                "U east prod/web Slice/web-abc",
+                "U west prod/web Export",
+                "U west prod/web Service",
+            ]
+        );
+        let db = upserted(&changes, "east", "prod/db");
+        assert!(matches!(db[0], Object::Service(s) if s.kind == ServiceKind::Headless));
+        let west = upserted(&changes, "west", "prod/web");
+        assert!(
+            matches!(west[1], Object::Service(s) if s.cluster_ips == vec!["10.9.0.1".parse::<std::net::IpAddr>().unwrap()])
+        );
+        assert!(src.problems().is_empty());
+        assert_eq!(src.rescan(&none()), vec![]);
+        // Touching a file re-reads it, but unchanged objects emit nothing.
+        let touched: HashSet<PathBuf> = [dir.path().join("east/db.yml")].into();
+        assert_eq!(src.rescan(&touched), vec![]);
+    }
+
+    #[test]
+    fn edit_one_service_is_one_upsert_and_removal_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        two_clusters(dir.path());
+        let mut src = ManifestSource::new(dir.path());
+        src.rescan(&none());
+
+        let path = dir.path().join("east/prod/web.yaml");
+        let text = fs::read_to_string(&path)
+            .unwrap()
+            .replace("10.0.0.1", "10.0.0.2");
+        fs::write(&path, text).unwrap();
+        let changes = src.rescan(&[path.clone()].into());
+        assert_eq!(summary(&changes), vec!["U east prod/web Service"]);
+
+        fs::remove_file(&path).unwrap();
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec![
+                "D east prod/web Export",
+                "D east prod/web Service",
+                "D east prod/web Slice/web-abc"
+            ]
+        );
+
+        fs::remove_dir_all(dir.path().join("west")).unwrap();
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec!["D west prod/web Export", "D west prod/web Service"]
+        );
+    }
+
+    #[test]
+    fn broken_file_is_a_problem_and_keeps_last_good_state() {
+        let dir = tempfile::tempdir().unwrap();
+        two_clusters(dir.path());
+        let bad = write(dir.path(), "east/bad.yaml", "kind: [unclosed\n");
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        assert_eq!(changes.len(), 6);
+        let problems = src.problems();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].file, bad);
+        assert_eq!(problems[0].document, None);
+        assert!(
+            problems[0].reason.starts_with("invalid YAML"),
+            "{}",
+            problems[0]
+        );
+        assert!(problems[0].to_string().contains("bad.yaml: invalid YAML"));
+
+        // Breaking a previously good file keeps its objects.
+        let web = dir.path().join("east/prod/web.yaml");
+        fs::write(&web, "apiVersion: v1\nkind: Service\nmetadata: {name: x\n").unwrap();
+        assert_eq!(src.rescan(&[web.clone()].into()), vec![]);
+        assert_eq!(src.problems().len(), 2);
+        assert!(src.problems().iter().any(|p| p.file == web));
+
+        // Fixing it clears its problem; an edit in the fix is reported.
+        fs::write(
+            &web,
+            format!(
+                "{}---\n{}---\n{}",
+                export("prod", "web"),
+                svc("prod", "web", "10.0.0.1"),
+                slice("prod", "web-abc", "web", "10.1.0.7")
+            ),
+        )
+        .unwrap();
+        let changes = src.rescan(&[web.clone()].into());
+        assert_eq!(summary(&changes), vec!["U east prod/web Slice/web-abc"]);
+        assert_eq!(src.problems().len(), 1);
+        fs::remove_file(&bad).unwrap();
+        assert_eq!(src.rescan(&none()), vec![]);
+        assert!(src.problems().is_empty());
+    }
+
+    #[test]
+    fn invalid_document_is_skipped_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "east/f.yaml",
+            &format!(
+                "{}---\n{}---\n{}",
+                svc("prod", "a", "10.0.0.1"),
+                svc("prod", "b", "10.0.0.x"),
+                svc("prod", "c", "10.0.0.3")
+            ),
+        );
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec!["U east prod/a Service", "U east prod/c Service"]
+        );
+        let problems = src.problems();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].document, Some(2));
+        assert_eq!(
+            problems[0].to_string(),
+            format!(
+                "{}: document 2: Service prod/b: clusterIP \"10.0.0.x\" is not an IP address",
+                path.display()
+            )
+        );
+
+        // Fix b, then break a: the previous a is kept (no Delete), c's edit applies.
+        fs::write(
+            &path,
+            format!(
+                "{}---\n{}---\n{}",
+                svc("prod", "a", "10.0.0.1"),
+                svc("prod", "b", "10.0.0.2"),
+                svc("prod", "c", "10.0.0.3")
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            summary(&src.rescan(&[path.clone()].into())),
+            vec!["U east prod/b Service"]
+        );
+        assert!(src.problems().is_empty());
+        fs::write(
+            &path,
+            format!(
+                "{}---\n{}---\n{}",
+                "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: prod}\nspec: {ports: 80}\n",
+                svc("prod", "b", "10.0.0.2"),
+                svc("prod", "c", "10.0.0.4")
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            summary(&src.rescan(&[path.clone()].into())),
+            vec!["U east prod/c Service"]
+        );
+        let problems = src.problems();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].document, Some(1));
+        assert!(
+            problems[0]
+                .reason
+                .starts_with("Service prod/a: invalid type"),
+            "{}",
+            problems[0]
+        );
+
+        // Removing the broken document deletes a.
+        fs::write(&path, svc("prod", "c", "10.0.0.4")).unwrap();
+        assert_eq!(
+            summary(&src.rescan(&[path.clone()].into())),
+            vec!["D east prod/a Service", "D east prod/b Service"]
+        );
+    }
+
+    #[test]
+    fn kinds_lists_versions_and_json() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "east/list.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n\
+             - apiVersion: v1\n  kind: Namespace\n  metadata: {name: prod}\n\
+             - apiVersion: v1\n  kind: Service\n  metadata: {name: web, namespace: prod}\n  spec: {clusterIP: 10.0.0.1}\n\
+             - apiVersion: multicluster.x-k8s.io/v1alpha1\n  kind: ServiceImport\n  metadata: {name: web, namespace: prod}\n  spec: {type: ClusterSetIP}\n\
+             - apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: cm}\n\
+             ---\n\
+             ---\n\
+             apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {name: web, namespace: prod}\n\
+             spec: {exportedLabels: {tier: web}}\n",
+        );
+        write(
+            dir.path(),
+            "east/s.json",
+            r#"{"apiVersion": "v1", "kind": "List", "items": [
+                 {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                  "metadata": {"name": "web-1", "namespace": "prod",
+                               "labels": {"kubernetes.io/service-name": "web"}},
+                  "addressType": "IPv4", "endpoints": [{"addresses": ["10.1.0.1"]}]}]}
+               {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api"}}"#,
+        );
+        write(
+            dir.path(),
+            "east/one.json",
+            r#"{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "one"}}"#,
+        );
+        // Skipped: hidden files and folders, other extensions, top-level files.
+        write(
+            dir.path(),
+            "east/.hidden.yaml",
+            &svc("prod", "hidden", "10.0.0.9"),
+        );
+        write(
+            dir.path(),
+            "east/.git/x.yaml",
+            &svc("prod", "hidden", "10.0.0.9"),
+        );
+        write(
+            dir.path(),
+            "east/notes.txt",
+            &svc("prod", "hidden", "10.0.0.9"),
+        );
+        write(dir.path(), "top.yaml", &svc("prod", "hidden", "10.0.0.9"));
+        write(
+            dir.path(),
+            ".hidden/x.yaml",
+            &svc("prod", "hidden", "10.0.0.9"),
+        );
+
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec![
+                "U east default/api Service",
+                "U east default/one Service",
+                "U east prod/web Export",
+                "U east prod/web Service",
+                "U east prod/web Slice/web-1",
+            ]
+        );
+        assert!(src.problems().is_empty(), "{:?}", src.problems());
+        let web = upserted(&changes, "east", "prod/web");
+        let Object::Export(e) = web[0] else { panic!() };
+        assert_eq!(e.labels.get("tier").map(String::as_str), Some("web"));
+        let Object::Slice(name, SliceInfo { endpoints }) = web[2] else {
+            panic!()
+        };
+        assert_eq!(
+            (&**name, endpoints.len(), endpoints[0].ready),
+            ("web-1", 1, true)
+        );
+    }
+
+    #[test]
+    fn bad_cluster_folders_and_list_items() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "East/a.yaml", &svc("prod", "a", "10.0.0.1"));
+        write(dir.path(), "a.b.c/a.yaml", &svc("prod", "a", "10.0.0.1"));
+        write(
+            dir.path(),
+            "us-east.prod/a.yaml",
+            &svc("prod", "a", "10.0.0.1"),
+        );
+        write(
+            dir.path(),
+            "us-east.prod/list.yaml",
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b}\n\
+             - apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {name: s}\n  addressType: IPv4\n\
+             - 42\n",
+        );
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec![
+                "U us-east.prod default/b Service",
+                "U us-east.prod prod/a Service"
+            ]
+        );
+        let problems: Vec<String> = src
+            .problems()
+            .iter()
+            .map(|p| {
+                p.to_string()
+                    .replace(&format!("{}/", dir.path().display()), "")
+            })
+            .collect();
+        assert_eq!(
+            problems,
+            vec![
+                "East: folder name \"East\" is not a valid cluster id (a lower-case RFC 1123 DNS subdomain of at most 2 labels); skipped",
+                "a.b.c: folder name \"a.b.c\" is not a valid cluster id (a lower-case RFC 1123 DNS subdomain of at most 2 labels); skipped",
+                "us-east.prod/list.yaml: document 1: item 2: EndpointSlice default/s: missing label kubernetes.io/service-name",
+                "us-east.prod/list.yaml: document 1: item 3: not a Kubernetes object (expected a mapping)",
+            ]
+        );
+        assert!(is_valid_cluster_id("east") && is_valid_cluster_id("c-1.prod"));
+        assert!(
+            !is_valid_cluster_id("-x") && !is_valid_cluster_id("") && !is_valid_cluster_id("a..b")
+        );
+    }
+
+    #[test]
+    fn duplicates_first_file_wins_until_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(dir.path(), "east/a.yaml", &svc("prod", "web", "10.0.0.1"));
+        let b = write(
+            dir.path(),
+            "east/b.yaml",
+            &format!(
+                "{}---\n{}",
+                svc("prod", "other", "10.0.0.5"),
+                svc("prod", "web", "10.0.0.2")
+            ),
+        );
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        assert_eq!(
+            summary(&changes),
+            vec!["U east prod/other Service", "U east prod/web Service"]
+        );
+        let Object::Service(s) = upserted(&changes, "east", "prod/web")[0] else {
+            panic!()
+        };
+        assert_eq!(s.cluster_ips[0].to_string(), "10.0.0.1");
+        let problems = src.problems();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(
+            problems[0].to_string(),
+            format!(
+                "{}: document 2: Service prod/web also defined in {}",
+                b.display(),
+                a.display()
+            )
+        );
+
+        fs::remove_file(&a).unwrap();
+        let changes = src.rescan(&none());
+        assert_eq!(summary(&changes), vec!["U east prod/web Service"]);
+        let Object::Service(s) = upserted(&changes, "east", "prod/web")[0] else {
+            panic!()
+        };
+        assert_eq!(s.cluster_ips[0].to_string(), "10.0.0.2");
+        assert!(src.problems().is_empty());
+    }
+
+    #[test]
+    fn slice_moving_to_another_service() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "east/s.yaml",
+            &slice("prod", "s1", "web", "10.1.0.1"),
+        );
+        let mut src = ManifestSource::new(dir.path());
+        assert_eq!(
+            summary(&src.rescan(&none())),
+            vec!["U east prod/web Slice/s1"]
+        );
+        fs::write(&f, slice("prod", "s1", "api", "10.1.0.1")).unwrap();
+        assert_eq!(
+            summary(&src.rescan(&[f].into())),
+            vec!["U east prod/api Slice/s1", "D east prod/web Slice/s1"]
+        );
+    }
+
+    #[test]
+    fn export_age_is_stable_and_ordered_by_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "east/b.yaml", &export("prod", "b"));
+        let a = write(
+            dir.path(),
+            "east/a.yaml",
+            &format!("{}---\n{}", export("prod", "a2"), export("prod", "a1")),
+        );
+        write(dir.path(), "west/a.yaml", &export("prod", "a1"));
+        write(
+            dir.path(),
+            "west/ts.yaml",
+            "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\n\
+             metadata: {name: ts, namespace: prod, creationTimestamp: \"2024-01-02T03:04:05Z\"}\n",
+        );
+        let before = unix_now();
+        let mut src = ManifestSource::new(dir.path());
+        let changes = src.rescan(&none());
+        let age = |changes: &[Change], c: &str, k: &str| export_age(changes, c, k);
+        let (a2, a1, b) = (
+            age(&changes, "east", "prod/a2"),
+            age(&changes, "east", "prod/a1"),
+            age(&changes, "east", "prod/b"),
+        );
+        let (wa1, ts) = (
+            age(&changes, "west", "prod/a1"),
+            age(&changes, "west", "prod/ts"),
+        );
+        assert_eq!([a2.seq, a1.seq, b.seq, wa1.seq, ts.seq], [1, 2, 3, 4, 5]);
+        assert!(a2.created >= before && a2.created <= unix_now());
+        assert_eq!(ts.created, 1_704_164_645);
+
+        // Rewriting the file (same objects, new order) keeps the observed ages: no change.
+        fs::write(
+            &a,
+            format!("{}---\n{}", export("prod", "a1"), export("prod", "a2")),
+        )
+        .unwrap();
+        assert_eq!(src.rescan(&[a.clone()].into()), vec![]);
+
+        // Moving an export to another file keeps its age too.
+        fs::write(&a, export("prod", "a2")).unwrap();
+        write(dir.path(), "east/c.yaml", &export("prod", "a1"));
+        assert_eq!(src.rescan(&[a.clone()].into()), vec![]);
+
+        // An export that disappears and comes back is new.
+        fs::write(&a, "").unwrap();
+        assert_eq!(
+            summary(&src.rescan(&[a.clone()].into())),
+            vec!["D east prod/a2 Export"]
+        );
+        fs::write(&a, export("prod", "a2")).unwrap();
+        let changes = src.rescan(&[a.clone()].into());
+        assert_eq!(age(&changes, "east", "prod/a2").seq, 6);
+    }
+}

@@ -1,0 +1,205 @@
+//! `status`: the reconciled clusterset without DNS, as `kubectl get` would show it.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::cli::{Format, StatusArgs};
+use crate::engine::conditions::{CONFLICT, Condition, READY, VALID};
+use crate::engine::{ExportStatus, Import};
+use crate::model::ServiceKey;
+use crate::serve::Reconciler;
+use crate::source::manifests::ManifestSource;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    service_imports: Vec<ImportRow<'a>>,
+    service_exports: Vec<ExportRow<'a>>,
+    problems: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct ImportRow<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    #[serde(flatten)]
+    import: &'a Import,
+}
+
+#[derive(Serialize)]
+struct ExportRow<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    #[serde(flatten)]
+    status: &'a ExportStatus,
+}
+
+/// Loads the clusterset once and renders its imports, export conditions and
+/// manifest problems. Reads the VIP state file but never writes it.
+pub fn render(args: &StatusArgs) -> anyhow::Result<String> {
+    let manifests = &args.clusterset.manifests;
+    anyhow::ensure!(
+        manifests.is_dir(),
+        "manifest directory {} does not exist",
+        manifests.display()
+    );
+    let mut reconciler = Reconciler::new(&args.clusterset, None, false)?;
+    let mut source = ManifestSource::new(manifests);
+    reconciler.apply_initial(source.rescan(&HashSet::new()));
+    let aggregates = reconciler.engine().aggregates();
+    let report = Report {
+        service_imports: aggregates
+            .iter()
+            .filter_map(|(key, a)| {
+                let (namespace, name) = names(key);
+                a.import.as_deref().map(|import| ImportRow {
+                    namespace,
+                    name,
+                    import,
+                })
+            })
+            .collect(),
+        service_exports: aggregates
+            .iter()
+            .flat_map(|(key, a)| {
+                let (namespace, name) = names(key);
+                a.exports.iter().map(move |status| ExportRow {
+                    namespace,
+                    name,
+                    status,
+                })
+            })
+            .collect(),
+        problems: source.problems().iter().map(ToString::to_string).collect(),
+    };
+    Ok(match args.output {
+        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+        Format::Text => text(&report),
+    })
+}
+
+fn names(key: &ServiceKey) -> (&str, &str) {
+    (&key.namespace, &key.name)
+}
+
+fn text(report: &Report<'_>) -> String {
+    let mut imports = vec![row([
+        "NAMESPACE",
+        "NAME",
+        "TYPE",
+        "IP-FAMILIES",
+        "IPS",
+        "PORTS",
+        "CLUSTERS",
+        "ENDPOINTS",
+        "READY",
+    ])];
+    for r in &report.service_imports {
+        let i = r.import;
+        imports.push(vec![
+            r.namespace.to_owned(),
+            r.name.to_owned(),
+            i.type_.as_str().to_owned(),
+            list(i.ip_families.iter()),
+            list(i.vips.iter()),
+            list(i.ports.iter().map(|p| {
+                let proto = p.protocol.as_deref().unwrap_or("TCP");
+                match &p.name {
+                    Some(n) => format!("{n}:{}/{proto}", p.port),
+                    None => format!("{}/{proto}", p.port),
+                }
+            })),
+            list(i.clusters.iter().map(|c| &c.cluster)),
+            i.clusters
+                .iter()
+                .map(|c| c.endpoints.len())
+                .sum::<usize>()
+                .to_string(),
+            short(&i.ready),
+        ]);
+    }
+    let mut exports = vec![row([
+        "NAMESPACE",
+        "NAME",
+        "CLUSTER",
+        "VALID",
+        "READY",
+        "CONFLICT",
+        "MESSAGE",
+    ])];
+    for r in &report.service_exports {
+        let get = |t| r.status.condition(t);
+        let message = [get(VALID), get(READY), get(CONFLICT)]
+            .into_iter()
+            .flatten()
+            .filter(|c| !c.message.is_empty() && (c.type_ == CONFLICT) == c.status)
+            .map(|c| c.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        exports.push(vec![
+            r.namespace.to_owned(),
+            r.name.to_owned(),
+            r.status.cluster.to_string(),
+            get(VALID).map(short).unwrap_or_default(),
+            get(READY).map(short).unwrap_or_default(),
+            get(CONFLICT).map(short).unwrap_or_else(|| "-".into()),
+            message,
+        ]);
+    }
+    let mut out = String::new();
+    out += &table(&imports);
+    out += "\n";
+    out += &table(&exports);
+    if !report.problems.is_empty() {
+        out += "\nPROBLEMS\n";
+        for p in &report.problems {
+            let _ = writeln!(out, "{p}");
+        }
+    }
+    out
+}
+
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| (*c).to_owned()).collect()
+}
+
+/// `True`, or `False (Reason)` / `True (Reason)` when the reason says more.
+fn short(c: &Condition) -> String {
+    let obvious = matches!(
+        c.reason.as_str(),
+        "Valid" | "Ready" | "Exported" | "NoConflicts"
+    );
+    if obvious {
+        c.status_str().to_owned()
+    } else {
+        format!("{} ({})", c.status_str(), c.reason)
+    }
+}
+
+fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
+    let parts: Vec<String> = items.map(|i| i.to_string()).collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("   ").trim_end());
+    }
+    out
+}
