@@ -131,13 +131,14 @@ fn text(report: &Report<'_>) -> String {
     ])];
     for r in &report.service_exports {
         let get = |t| r.status.condition(t);
-        let message = [get(VALID), get(READY), get(CONFLICT)]
+        let mut messages: Vec<&str> = [get(VALID), get(READY), get(CONFLICT)]
             .into_iter()
             .flatten()
             .filter(|c| !c.message.is_empty() && (c.type_ == CONFLICT) == c.status)
             .map(|c| c.message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
+            .collect();
+        messages.dedup();
+        let message = messages.join("; ");
         exports.push(vec![
             r.namespace.to_owned(),
             r.name.to_owned(),

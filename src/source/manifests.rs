@@ -27,7 +27,8 @@ use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
 pub struct Problem {
     /// The file (or folder) at fault.
     pub file: PathBuf,
-    /// The 1-based document number within the file, when one document is at fault.
+    /// The 1-based document number within the file, when one document is at fault
+    /// (empty documents are not counted).
     pub document: Option<usize>,
     /// What is wrong.
     pub reason: String,

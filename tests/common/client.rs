@@ -1,0 +1,189 @@
+//! A small DNS client over real UDP and TCP sockets, and what tests read from answers.
+
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, RandomState};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::time::timeout;
+
+/// How long a client waits for a response.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `<labels>.svc.clusterset.local.`, e.g. `svc("web.shop")`.
+pub fn svc(labels: &str) -> String {
+    format!("{labels}.svc.clusterset.local.")
+}
+
+/// A random message id.
+pub fn random_id() -> u16 {
+    RandomState::new().hash_one(std::time::Instant::now()) as u16
+}
+
+/// A query for `name`/`rtype` with a random id and RD set (as stub resolvers send).
+pub fn question(name: &str, rtype: RecordType) -> Message {
+    let mut message = Message::query();
+    message.metadata.id = random_id();
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(Name::from_ascii(name).expect("a valid name"), rtype));
+    message
+}
+
+/// `message` with an EDNS(0) OPT advertising `payload` bytes.
+pub fn with_edns(mut message: Message, payload: u16) -> Message {
+    let mut edns = Edns::new();
+    edns.set_max_payload(payload);
+    message.set_edns(edns);
+    message
+}
+
+/// Sends raw bytes over UDP; the raw reply, or None when nothing comes within `wait`.
+pub async fn udp_raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.expect("client socket");
+    socket.send_to(bytes, addr).await.expect("query sent");
+    let mut buf = vec![0u8; 65535];
+    let (len, _) = timeout(wait, socket.recv_from(&mut buf)).await.ok()?.expect("reply read");
+    buf.truncate(len);
+    Some(buf)
+}
+
+/// Sends raw bytes over TCP (with the 2-byte length prefix) and reads one reply.
+pub async fn tcp_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        let len = u16::try_from(bytes.len()).expect("a small query");
+        stream.write_all(&len.to_be_bytes()).await?;
+        stream.write_all(bytes).await?;
+        let len = stream.read_u16().await?;
+        let mut reply = vec![0u8; usize::from(len)];
+        stream.read_exact(&mut reply).await?;
+        std::io::Result::Ok(reply)
+    };
+    timeout(REPLY_TIMEOUT, exchange).await.expect("TCP reply in time").expect("TCP exchange")
+}
+
+/// Sends `message` over UDP and returns the checked response.
+pub async fn exchange_udp(addr: SocketAddr, message: &Message) -> (Message, usize) {
+    let bytes = message.to_vec().expect("query encodes");
+    let reply = udp_raw(addr, &bytes, REPLY_TIMEOUT).await.expect("a UDP reply in time");
+    (checked(message, &reply), reply.len())
+}
+
+/// Sends `message` over TCP and returns the checked response.
+pub async fn exchange_tcp(addr: SocketAddr, message: &Message) -> Message {
+    let reply = tcp_raw(addr, &message.to_vec().expect("query encodes")).await;
+    checked(message, &reply)
+}
+
+/// Decodes a reply and checks what every reply to `query` must hold: the
+/// same id, QR set, RA clear (not a resolver), the question echoed byte for
+/// byte (case included).
+fn checked(query: &Message, reply: &[u8]) -> Message {
+    let response = Message::from_vec(reply).expect("the reply decodes");
+    let meta = &response.metadata;
+    assert_eq!(meta.id, query.metadata.id, "id echoed");
+    assert_eq!(meta.message_type, MessageType::Response);
+    assert!(!meta.recursion_available, "RA is never set: {response:?}");
+    if meta.response_code != ResponseCode::FormErr && meta.op_code == OpCode::Query {
+        let asked: Vec<String> = query.queries.iter().map(|q| q.name().to_ascii()).collect();
+        let echoed: Vec<String> = response.queries.iter().map(|q| q.name().to_ascii()).collect();
+        assert_eq!(echoed, asked, "question echoed as asked");
+    }
+    response
+}
+
+/// One UDP query without EDNS.
+pub async fn query(addr: SocketAddr, name: &str, rtype: RecordType) -> Message {
+    exchange_udp(addr, &question(name, rtype)).await.0
+}
+
+/// One TCP query.
+pub async fn query_tcp(addr: SocketAddr, name: &str, rtype: RecordType) -> Message {
+    exchange_tcp(addr, &question(name, rtype)).await
+}
+
+/// What an answer comes to, for comparisons.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// NOERROR with these addresses (A/AAAA answers).
+    Ips(BTreeSet<IpAddr>),
+    /// NOERROR, nothing of the type, the zone SOA in the authority section.
+    NoData,
+    /// NXDOMAIN with the zone SOA in the authority section.
+    NxDomain,
+    /// Any other response code.
+    Code(ResponseCode),
+}
+
+/// `Outcome::Ips` of these addresses.
+pub fn ips<const N: usize>(addresses: [&str; N]) -> Outcome {
+    Outcome::Ips(addresses.iter().map(|a| a.parse().expect("an IP")).collect())
+}
+
+/// Classifies a response, checking AA on in-zone answers and the SOA on negative ones.
+pub fn outcome(response: &Message) -> Outcome {
+    let code = response.metadata.response_code;
+    let negative = match code {
+        ResponseCode::NoError if response.answers.is_empty() => Some(Outcome::NoData),
+        ResponseCode::NXDomain => Some(Outcome::NxDomain),
+        ResponseCode::NoError => None,
+        other => return Outcome::Code(other),
+    };
+    assert!(response.metadata.authoritative, "AA on in-zone answers: {response:?}");
+    if let Some(negative) = negative {
+        assert_eq!(soa_count(response), 1, "the zone SOA in the authority section: {response:?}");
+        return negative;
+    }
+    Outcome::Ips(response.answers.iter().filter_map(|r| r.data.ip_addr()).collect())
+}
+
+/// Queries over UDP and classifies the answer.
+pub async fn resolve(addr: SocketAddr, name: &str, rtype: RecordType) -> Outcome {
+    outcome(&query(addr, name, rtype).await)
+}
+
+/// A and AAAA together: `(A outcome, AAAA outcome)`.
+pub async fn resolve_both(addr: SocketAddr, name: &str) -> (Outcome, Outcome) {
+    (resolve(addr, name, RecordType::A).await, resolve(addr, name, RecordType::AAAA).await)
+}
+
+fn soa_count(response: &Message) -> usize {
+    response.authorities.iter().filter(|r| r.record_type() == RecordType::SOA).count()
+}
+
+/// SRV answers as `(target, port)`, targets lower-cased with the final dot.
+pub fn srv_targets(response: &Message) -> BTreeSet<(String, u16)> {
+    response
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::SRV(srv) => Some((srv.target.to_lowercase().to_ascii(), srv.port)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Queries SRV over UDP; NOERROR is required. Returns `(target, port)` pairs
+/// and the number of records (to see duplicates).
+pub async fn srv(addr: SocketAddr, name: &str) -> (BTreeSet<(String, u16)>, usize) {
+    let response = query(addr, name, RecordType::SRV).await;
+    assert_eq!(response.metadata.response_code, ResponseCode::NoError, "{name}: {response:?}");
+    (srv_targets(&response), response.answers.len())
+}
+
+/// The set of `(target, port)` pairs given as string literals.
+pub fn pairs<const N: usize>(pairs: [(&str, u16); N]) -> BTreeSet<(String, u16)> {
+    pairs.iter().map(|(t, p)| ((*t).to_owned(), *p)).collect()
+}
+
+/// The addresses of an `Outcome::Ips`, or a panic naming what came instead.
+pub fn addresses(outcome: Outcome) -> BTreeSet<IpAddr> {
+    match outcome {
+        Outcome::Ips(ips) => ips,
+        other => panic!("addresses expected, got {other:?}"),
+    }
+}
