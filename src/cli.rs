@@ -80,6 +80,9 @@ pub struct ServeArgs {
     /// Address to answer DNS on, UDP and TCP.
     #[arg(long, default_value = "0.0.0.0:5300", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+    /// UDP worker threads, each with its own socket (`SO_REUSEPORT`).
+    #[arg(long, default_value_t = default_workers())]
+    pub udp_workers: usize,
     /// The zone served.
     #[arg(long, default_value = "clusterset.local", value_parser = parse_zone)]
     pub zone: Name,
@@ -119,6 +122,10 @@ impl Default for ServeArgs {
             _ => unreachable!("`serve` parses as the serve command"),
         }
     }
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn parse_family(s: &str) -> Result<IpFamily, String> {

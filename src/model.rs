@@ -159,8 +159,8 @@ pub struct ServiceInfo {
 /// One endpoint of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
-    /// Its addresses (one in practice; all of the slice's family).
-    pub addresses: Vec<IpAddr>,
+    /// Its address: the first of `addresses`, the only one Kubernetes gives a meaning to.
+    pub address: IpAddr,
     /// `hostname`, used for the per-pod DNS name.
     pub hostname: Option<Box<str>>,
     /// `conditions.ready` (absent counts as ready, as in Kubernetes).

@@ -53,7 +53,7 @@ impl Reconciler {
         let updates = self.engine.apply(changes);
         if let Some(index) = &self.index {
             for (key, import) in &updates {
-                index.update(key, import.as_deref());
+                index.update(key, import.clone());
             }
             if !updates.is_empty() {
                 index.commit();
@@ -128,7 +128,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         args.cluster_targeting,
         unix_serial(),
     ));
-    let dns = DnsServer::bind(args.listen, index.clone())
+    let dns = DnsServer::bind(args.listen, args.udp_workers, index.clone())
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();

@@ -1,12 +1,12 @@
 //! What to answer to one question (DESIGN.md §4, "Response codes").
 
 use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::{DNSClass, LowerName, Record, RecordType};
+use hickory_proto::rr::{DNSClass, LowerName, Name, Record, RecordType};
 
-use crate::index::{Index, Lookup};
+use crate::index::{Index, Lookup, Owner};
 
-/// The sections and code of a response to one question.
-#[derive(Clone, Debug, PartialEq)]
+/// The code and sections of a response to one question.
+#[derive(Clone, Debug)]
 pub struct Answer {
     /// RCODE.
     pub code: ResponseCode,
@@ -16,19 +16,19 @@ pub struct Answer {
     pub answers: Vec<Record>,
     /// Authority section (the SOA of negative answers).
     pub authority: Vec<Record>,
+    /// The name asked for, when it exists (its response may be cached).
+    pub owner: Option<Owner>,
 }
 
 impl Answer {
-    fn refused() -> Self {
-        Self::empty(ResponseCode::Refused, false)
-    }
-
-    fn empty(code: ResponseCode, authoritative: bool) -> Self {
+    /// An answer with only a response code.
+    pub fn code(code: ResponseCode) -> Self {
         Self {
             code,
-            authoritative,
+            authoritative: false,
             answers: Vec::new(),
             authority: Vec::new(),
+            owner: None,
         }
     }
 }
@@ -37,32 +37,32 @@ impl Answer {
 /// (with the SOA), REFUSED outside the zone, SERVFAIL before the first sync.
 pub fn answer(index: &Index, name: &LowerName, rtype: RecordType, class: DNSClass) -> Answer {
     if class != DNSClass::IN && class != DNSClass::ANY {
-        return Answer::refused();
+        return Answer::code(ResponseCode::Refused);
     }
-    let node = match index.lookup(name) {
-        Lookup::NotInZone => return Answer::refused(),
-        Lookup::NotReady => return Answer::empty(ResponseCode::ServFail, false),
+    let owner = match index.lookup(name) {
+        Lookup::NotInZone => return Answer::code(ResponseCode::Refused),
+        Lookup::NotReady => return Answer::code(ResponseCode::ServFail),
         Lookup::NxDomain => None,
-        Lookup::Found(node) => Some(node),
+        Lookup::Found(owner) => Some(owner),
     };
-    let answers: Vec<Record> = node
+    let answers = owner
         .as_ref()
-        .map(|n| n.records(rtype).cloned().collect())
+        .map(|o| index.records(o, &Name::from(name), rtype))
         .unwrap_or_default();
-    let code = if node.is_some() {
-        ResponseCode::NoError
-    } else {
-        ResponseCode::NXDomain
-    };
     let authority = if answers.is_empty() {
         vec![index.soa()]
     } else {
         Vec::new()
     };
     Answer {
-        code,
+        code: if owner.is_some() {
+            ResponseCode::NoError
+        } else {
+            ResponseCode::NXDomain
+        },
         authoritative: true,
         answers,
         authority,
+        owner,
     }
 }

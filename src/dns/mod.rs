@@ -2,7 +2,11 @@
 //! UDP and TCP. Knows DNS, knows nothing of Kubernetes.
 
 mod answer;
+mod response;
 mod server;
+mod udp;
 
 pub use answer::{Answer, answer};
-pub use server::{DnsServer, MAX_UDP_PAYLOAD};
+pub use response::{MAX_UDP_PAYLOAD, Response};
+pub use server::DnsServer;
+pub use udp::respond as respond_udp;

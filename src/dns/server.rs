@@ -1,144 +1,132 @@
-//! UDP and TCP listeners on one port, served by hickory-server.
+//! UDP and TCP listeners on one port: UDP on our own worker threads
+//! (see `udp`), TCP through hickory-server.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
-use hickory_proto::rr::Record;
+use hickory_proto::op::{Header, HeaderCounts};
 use hickory_server::Server;
 use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::{MessageResponse, MessageResponseBuilder};
-use tokio::net::{TcpListener, UdpSocket};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
 use tracing::debug;
 
-use super::answer::answer;
+use super::response::Response;
+use super::udp::UdpWorkers;
 use crate::index::Index;
-
-/// Largest UDP response advertised and sent (the DNS flag day 2020 size).
-pub const MAX_UDP_PAYLOAD: u16 = 1232;
 
 /// Idle time after which a TCP connection is closed.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
-/// Answers queries from the index.
-struct Handler {
+/// Answers TCP queries from the index.
+struct TcpHandler {
     index: Arc<Index>,
 }
 
 #[async_trait::async_trait]
-impl RequestHandler for Handler {
+impl RequestHandler for TcpHandler {
     async fn handle_request<R: ResponseHandler, T: Time>(
         &self,
         request: &Request,
         mut response: R,
     ) -> ResponseInfo {
-        let edns = request.edns.as_ref().map(|asked| {
-            let mut edns = Edns::new();
-            edns.set_max_payload(asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
-            edns
-        });
-        let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
-        let mut metadata = Metadata::response_from_request(&request.metadata);
-        let bad_version = request.edns.as_ref().is_some_and(|e| e.version() > 0);
-        let query = match request.queries.queries() {
-            [query] if !bad_version && request.metadata.op_code == OpCode::Query => query,
-            _ => {
-                let code = if bad_version {
-                    ResponseCode::BADVERS
-                } else if request.metadata.op_code != OpCode::Query {
-                    ResponseCode::NotImp
-                } else {
-                    ResponseCode::FormErr
-                };
-                return send(&mut response, builder.error_msg(&request.metadata, code)).await;
-            }
+        let built = Response::new(&self.index, request);
+        let message = built.message(&request.queries, true);
+        let header = Header {
+            metadata: *message.metadata(),
+            counts: HeaderCounts::default(),
         };
-        let result = answer(
-            &self.index,
-            query.name(),
-            query.query_type(),
-            query.query_class(),
-        );
-        metadata.response_code = result.code;
-        metadata.authoritative = result.authoritative;
-        let message = builder.build(metadata, &result.answers, &result.authority, [], []);
-        send(&mut response, message).await
+        response
+            .send_response(message)
+            .await
+            .unwrap_or_else(|error| {
+                debug!(%error, "failed to send a TCP response");
+                header.into()
+            })
     }
 }
 
-/// Sends a response; a failed send (client gone) is only logged.
-async fn send<'a, R: ResponseHandler>(
-    response: &mut R,
-    message: MessageResponse<
-        '_,
-        'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-    >,
-) -> ResponseInfo {
-    let header = Header {
-        metadata: *message.metadata(),
-        counts: HeaderCounts::default(),
-    };
-    response
-        .send_response(message)
-        .await
-        .unwrap_or_else(|error| {
-            debug!(%error, "failed to send a response");
-            header.into()
-        })
-}
-
-/// A running DNS server.
+/// A running DNS server: UDP workers and the TCP listener.
 pub struct DnsServer {
-    server: Server<Handler>,
+    tcp: Server<TcpHandler>,
+    _udp: UdpWorkers,
     local: SocketAddr,
 }
 
 impl DnsServer {
-    /// Binds UDP and TCP on `listen` (port 0: an ephemeral port, the same for
-    /// both) and starts answering from `index`.
-    pub async fn bind(listen: SocketAddr, index: Arc<Index>) -> std::io::Result<Self> {
-        let (udp, tcp) = bind_pair(listen).await?;
-        let local = udp.local_addr()?;
-        let mut server = Server::new(Handler { index });
-        server.register_socket(udp);
-        server.register_listener(tcp, TCP_IDLE, 65535);
-        Ok(Self { server, local })
+    /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
+    /// `listen` (port 0: one ephemeral port for all) and starts answering.
+    pub async fn bind(
+        listen: SocketAddr,
+        udp_workers: usize,
+        index: Arc<Index>,
+    ) -> std::io::Result<Self> {
+        let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
+        let local = udp[0].local_addr()?;
+        let mut server = Server::new(TcpHandler {
+            index: index.clone(),
+        });
+        server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 65535);
+        Ok(Self {
+            tcp: server,
+            _udp: UdpWorkers::start(udp, index)?,
+            local,
+        })
     }
 
-    /// The address both sockets are bound to.
+    /// The address both transports are bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
-    /// Serves until the sockets fail.
+    /// Serves until the TCP listener fails; dropping the future stops everything.
     pub async fn run(mut self) -> anyhow::Result<()> {
-        self.server.block_until_done().await?;
+        self.tcp.block_until_done().await?;
         Ok(())
     }
 }
 
-/// Binds a UDP socket and a TCP listener on the same port.
-async fn bind_pair(listen: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
-    if listen.port() != 0 {
-        return Ok((
-            UdpSocket::bind(listen).await?,
-            TcpListener::bind(listen).await?,
-        ));
-    }
-    // Ephemeral: take the UDP port, then try to get the same TCP port.
+/// UDP sockets and a TCP listener on the same port.
+fn bind_all(
+    listen: SocketAddr,
+    udp_workers: usize,
+) -> std::io::Result<(Vec<UdpSocket>, std::net::TcpListener)> {
     let mut last_error = None;
+    // With port 0 the TCP port may be taken already: try other ephemeral ports.
     for _ in 0..20 {
-        let udp = UdpSocket::bind(listen).await?;
-        match TcpListener::bind(udp.local_addr()?).await {
-            Ok(tcp) => return Ok((udp, tcp)),
-            Err(e) => last_error = Some(e),
+        let first = udp_socket(listen)?;
+        let addr = first.local_addr()?;
+        let tcp = match tcp_listener(addr) {
+            Ok(tcp) => tcp,
+            Err(e) if listen.port() == 0 => {
+                last_error = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut sockets = vec![first];
+        for _ in 1..udp_workers {
+            sockets.push(udp_socket(addr)?);
         }
+        return Ok((sockets, tcp));
     }
     Err(last_error.expect("at least one attempt"))
+}
+
+fn udp_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+fn tcp_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
 }

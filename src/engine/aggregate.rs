@@ -2,7 +2,7 @@
 //! import and the conditions of every export (DESIGN.md §3). Pure: no I/O, no
 //! clock, no VIPs (those are the allocator's).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -41,7 +41,7 @@ pub struct ImportCluster {
     pub cluster: ClusterId,
     /// Its Service's cluster IPs in the import's families.
     pub cluster_ips: Vec<IpAddr>,
-    /// Its ready endpoints, addresses limited to the import's families, deduplicated.
+    /// Its ready endpoints in the import's families, one per address.
     pub endpoints: Vec<Endpoint>,
 }
 
@@ -406,26 +406,14 @@ fn join(families: &[IpFamily]) -> String {
 
 fn import_cluster(candidate: &Candidate<'_>, families: &[IpFamily]) -> ImportCluster {
     let in_families = |ip: &IpAddr| families.contains(&IpFamily::of(ip));
-    let mut endpoints: Vec<Endpoint> = Vec::new();
-    for endpoint in candidate.slices.values().flat_map(|s| &s.endpoints) {
-        let addresses: Vec<IpAddr> = endpoint
-            .addresses
-            .iter()
-            .copied()
-            .filter(in_families)
-            .collect();
-        if !endpoint.ready
-            || addresses.is_empty()
-            || endpoints.iter().any(|e| e.addresses == addresses)
-        {
-            continue;
-        }
-        endpoints.push(Endpoint {
-            addresses,
-            hostname: endpoint.hostname.clone(),
-            ready: true,
-        });
-    }
+    let mut seen = HashSet::new();
+    let endpoints: Vec<Endpoint> = candidate
+        .slices
+        .values()
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| e.ready && in_families(&e.address) && seen.insert(e.address))
+        .cloned()
+        .collect();
     ImportCluster {
         cluster: candidate.cluster.clone(),
         cluster_ips: candidate
@@ -480,7 +468,7 @@ pub(crate) mod tests {
             endpoints: endpoints
                 .iter()
                 .map(|(ip, host, ready)| Endpoint {
-                    addresses: vec![ip.parse().unwrap()],
+                    address: ip.parse().unwrap(),
                     hostname: host.map(Into::into),
                     ready: *ready,
                 })
@@ -784,7 +772,7 @@ pub(crate) mod tests {
         let ips: Vec<String> = import.clusters[0]
             .endpoints
             .iter()
-            .map(|e| e.addresses[0].to_string())
+            .map(|e| e.address.to_string())
             .collect();
         assert_eq!(ips, ["10.0.0.1", "10.0.0.3"]);
         assert_eq!(

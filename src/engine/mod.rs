@@ -204,12 +204,7 @@ fn addresses(entry: &ClusterInputs, reference: &ObjectRef) -> (ObjectRef, Vec<Ip
         ObjectRef::Slice(name) => entry
             .slices
             .get(name)
-            .map(|s| {
-                s.endpoints
-                    .iter()
-                    .flat_map(|e| e.addresses.iter().copied())
-                    .collect()
-            })
+            .map(|s| s.endpoints.iter().map(|e| e.address).collect())
             .unwrap_or_default(),
     };
     (reference.clone(), ips)

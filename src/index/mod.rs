@@ -1,20 +1,22 @@
-//! The DNS view of the clusterset: every name the zone owns and its records,
-//! updated one service at a time and read lock-free-ish by the DNS server
-//! (a sharded map: readers wait only for a writer on the same shard).
+//! The DNS view of the clusterset: one entry per imported service (sharing
+//! the engine's `Import`), the zone's fixed names, and a cache of encoded
+//! responses per name and type. Updated one service at a time; readers go
+//! through a sharded map and never wait for a whole rebuild.
 
-mod node;
-pub mod records;
+mod names;
+mod records;
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
 use hickory_proto::rr::rdata::{NS, SOA, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
+use tracing::warn;
 
-pub use node::Node;
-use records::Naming;
+pub use names::{Owner, ServiceName, dashed};
+pub use records::address_type;
 
 use crate::engine::Import;
 use crate::model::ServiceKey;
@@ -23,6 +25,8 @@ use crate::model::ServiceKey;
 pub const DNS_SCHEMA_VERSION: &str = "1.0.0";
 /// TTL of the `dns-version` TXT record.
 pub const DNS_VERSION_TTL: u32 = 28800;
+/// Most labels a name can have below the zone (`host.c1.c2.svc.ns.svc`).
+const MAX_LABELS: usize = 6;
 
 /// What a query name resolves to.
 #[derive(Clone, Debug)]
@@ -31,61 +35,60 @@ pub enum Lookup {
     NotInZone,
     /// In the zone, but the sources have not synced yet.
     NotReady,
-    /// The name exists; its node may have no record of the asked type (NODATA).
-    Found(Arc<Node>),
+    /// The name exists (it may own no record of the asked type: NODATA).
+    Found(Owner),
     /// The name does not exist.
     NxDomain,
+}
+
+/// Encoded responses by name and type.
+type ResponseCache = RwLock<HashMap<LowerName, Vec<(RecordType, Arc<[u8]>)>>>;
+
+/// One imported service as DNS sees it.
+#[derive(Debug)]
+pub struct ServiceEntry {
+    /// `<svc>.<ns>.svc.<zone>`, lower case.
+    pub name: Name,
+    /// The import (shared with the engine).
+    pub import: Arc<Import>,
+    cache: ResponseCache,
 }
 
 /// The zone's names and records.
 #[derive(Debug)]
 pub struct Index {
-    naming: Naming,
+    zone: Name,
     apex: LowerName,
-    nodes: DashMap<LowerName, Arc<Node>>,
-    owned: DashMap<ServiceKey, Vec<LowerName>>,
-    namespaces: DashMap<Arc<str>, usize>,
+    ttl: u32,
+    cluster_targeting: bool,
+    services: DashMap<Box<str>, Arc<ServiceEntry>>,
+    namespaces: DashMap<Box<str>, usize>,
+    fixed_cache: ResponseCache,
     synced: AtomicBool,
     serial: AtomicU32,
 }
 
 impl Index {
-    /// An index for `zone` with the apex, `dns-version` and `svc` names in place.
+    /// An empty index for `zone` (answers SERVFAIL until [`Self::set_synced`]).
+    /// `cluster_targeting` makes `<cluster>.<svc>.<ns>.svc.<zone>` answer.
     pub fn new(zone: Name, ttl: u32, cluster_targeting: bool, serial: u32) -> Self {
         let zone = zone.to_lowercase();
-        let naming = Naming {
-            zone: zone.clone(),
+        Self {
+            apex: LowerName::new(&zone),
+            zone,
             ttl,
             cluster_targeting,
-        };
-        let index = Self {
-            apex: LowerName::new(&zone),
-            naming,
-            nodes: DashMap::new(),
-            owned: DashMap::new(),
+            services: DashMap::new(),
             namespaces: DashMap::new(),
+            fixed_cache: RwLock::default(),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
-        };
-        let ns = Record::from_rdata(zone.clone(), ttl, RData::NS(NS(index.ns_name())));
-        index.put(&zone, Node::new(vec![index.soa(), ns]));
-        let version = child(&zone, "dns-version");
-        let txt = TXT::new(vec![DNS_SCHEMA_VERSION.to_owned()]);
-        index.put(
-            &version,
-            Node::new(vec![Record::from_rdata(
-                version.clone(),
-                DNS_VERSION_TTL,
-                RData::TXT(txt),
-            )]),
-        );
-        index.put(&child(&zone, "svc"), Node::default());
-        index
+        }
     }
 
     /// The zone apex.
     pub fn zone(&self) -> &Name {
-        &self.naming.zone
+        &self.zone
     }
 
     /// Marks the first full sync of the sources done: queries get answers.
@@ -98,6 +101,16 @@ impl Index {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// Number of services served.
+    pub fn len(&self) -> usize {
+        self.services.len()
+    }
+
+    /// Whether no service is served.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+    }
+
     /// Resolves a (lower-cased) query name.
     pub fn lookup(&self, name: &LowerName) -> Lookup {
         if !self.apex.zone_of(name) {
@@ -106,107 +119,193 @@ impl Index {
         if !self.is_synced() {
             return Lookup::NotReady;
         }
-        match self.nodes.get(name) {
-            Some(node) => Lookup::Found(node.clone()),
-            None => Lookup::NxDomain,
+        let mut buffer = [&[][..]; MAX_LABELS];
+        let Some(labels) = self.relative_labels(name, &mut buffer) else {
+            return Lookup::NxDomain;
+        };
+        let owner = match labels {
+            [] => Some(Owner::Apex),
+            [b"dns-version"] => Some(Owner::DnsVersion),
+            [b"svc"] => Some(Owner::Empty),
+            [namespace, b"svc"] => std::str::from_utf8(namespace)
+                .ok()
+                .filter(|ns| self.namespaces.contains_key(*ns))
+                .map(|_| Owner::Empty),
+            [rest @ .., service, namespace, b"svc"] => {
+                self.entry(service, namespace).and_then(|entry| {
+                    names::service_name(&entry.import, rest, self.cluster_targeting)
+                        .map(|which| Owner::Service(entry, which))
+                })
+            }
+            _ => None,
+        };
+        owner.map_or(Lookup::NxDomain, Lookup::Found)
+    }
+
+    /// The records of `rtype` (`ANY`: all) at an existing name.
+    pub fn records(&self, owner: &Owner, name: &Name, rtype: RecordType) -> Vec<Record> {
+        let wants = |t: RecordType| rtype == t || rtype == RecordType::ANY;
+        match owner {
+            Owner::Apex => {
+                let mut records = Vec::new();
+                if wants(RecordType::SOA) {
+                    records.push(self.soa());
+                }
+                if wants(RecordType::NS) {
+                    records.push(Record::from_rdata(
+                        self.zone.clone(),
+                        self.ttl,
+                        RData::NS(NS(self.ns_name())),
+                    ));
+                }
+                records
+            }
+            Owner::DnsVersion if wants(RecordType::TXT) => {
+                let txt = TXT::new(vec![DNS_SCHEMA_VERSION.to_owned()]);
+                vec![Record::from_rdata(
+                    name.clone(),
+                    DNS_VERSION_TTL,
+                    RData::TXT(txt),
+                )]
+            }
+            Owner::DnsVersion | Owner::Empty => Vec::new(),
+            Owner::Service(entry, which) => {
+                records::service_records(entry, which, name, rtype, self.ttl)
+            }
         }
     }
 
-    /// The zone's SOA record, with the negative-caching TTL as minimum.
+    /// The zone's SOA record; its minimum (and TTL) is the negative-caching TTL.
     pub fn soa(&self) -> Record {
-        let zone = &self.naming.zone;
-        let ttl = self.naming.ttl;
         let soa = SOA::new(
             self.ns_name(),
-            child(zone, "hostmaster"),
+            self.child("hostmaster"),
             self.serial.load(Ordering::Relaxed),
             7200,
             1800,
             86400,
-            ttl,
+            self.ttl,
         );
-        Record::from_rdata(zone.clone(), ttl, RData::SOA(soa))
+        Record::from_rdata(self.zone.clone(), self.ttl, RData::SOA(soa))
     }
 
-    /// Replaces the names of one service with those of its new import (None: gone).
-    pub fn update(&self, key: &ServiceKey, import: Option<&Import>) {
-        let new: Vec<(Name, Node)> = import
-            .map(|i| records::service_nodes(&self.naming, key, i))
-            .unwrap_or_default();
-        let new_names: Vec<LowerName> = new.iter().map(|(n, _)| LowerName::new(n)).collect();
-        let keep: HashSet<&LowerName> = new_names.iter().collect();
-        let old = self.owned.remove(key).map(|(_, names)| names);
-        for name in old.iter().flatten().filter(|n| !keep.contains(n)) {
-            self.nodes.remove(name);
+    /// A cached encoded response for an existing name, if one was stored.
+    pub fn cached(&self, name: &LowerName, rtype: RecordType) -> Option<Arc<[u8]>> {
+        if !self.is_synced() || !self.apex.zone_of(name) {
+            return None;
         }
-        for (name, node) in new {
-            self.put(&name, node);
+        let mut buffer = [&[][..]; MAX_LABELS];
+        let from = |cache: &ResponseCache| {
+            let cache = cache.read().unwrap_or_else(|e| e.into_inner());
+            let types = cache.get(name)?;
+            types
+                .iter()
+                .find(|(t, _)| *t == rtype)
+                .map(|(_, bytes)| bytes.clone())
+        };
+        match self.relative_labels(name, &mut buffer)? {
+            [.., service, namespace, b"svc"] => from(&self.entry(service, namespace)?.cache),
+            _ => from(&self.fixed_cache),
         }
-        self.count_namespace(key, old.is_some(), import.is_some());
-        if import.is_some() {
-            self.owned.insert(key.clone(), new_names);
+    }
+
+    /// Keeps an encoded response to reuse for the same name and type until
+    /// the name's service (or, for fixed names, the zone serial) changes.
+    pub fn store(&self, owner: &Owner, name: &LowerName, rtype: RecordType, response: Arc<[u8]>) {
+        let cache = match owner {
+            Owner::Service(entry, _) => &entry.cache,
+            _ => &self.fixed_cache,
+        };
+        let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
+        let types = cache.entry(name.clone()).or_default();
+        if !types.iter().any(|(t, _)| *t == rtype) {
+            types.push((rtype, response));
+        }
+    }
+
+    /// Replaces a service's import (None: the service is gone).
+    pub fn update(&self, key: &ServiceKey, import: Option<Arc<Import>>) {
+        let map_key = format!("{}.{}", key.name, key.namespace)
+            .to_ascii_lowercase()
+            .into_boxed_str();
+        let namespace: Box<str> = key.namespace.to_ascii_lowercase().into();
+        let Some(import) = import else {
+            if self.services.remove(&map_key).is_some() {
+                self.count_namespace(namespace, -1);
+            }
+            return;
+        };
+        let Some(name) = records_name(&self.zone, &format!("{map_key}.svc")) else {
+            warn!(service = %key, "name or namespace is not a valid DNS label; not served");
+            return;
+        };
+        let entry = Arc::new(ServiceEntry {
+            name,
+            import,
+            cache: RwLock::default(),
+        });
+        if self.services.insert(map_key, entry).is_none() {
+            self.count_namespace(namespace, 1);
         }
     }
 
     /// Ends a batch of updates: a new SOA serial.
     pub fn commit(&self) {
         self.serial.fetch_add(1, Ordering::Relaxed);
-        let ns = self
-            .nodes
-            .get(&self.apex)
-            .map(|n| n.clone())
-            .unwrap_or_default();
-        let mut apex = Node::new(vec![self.soa()]);
-        for record in ns.records(RecordType::NS) {
-            apex.push(record.clone());
+        self.fixed_cache
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    fn entry(&self, service: &[u8], namespace: &[u8]) -> Option<Arc<ServiceEntry>> {
+        let mut key = [0u8; 2 * 63 + 1];
+        let len = service.len() + 1 + namespace.len();
+        let key = key.get_mut(..len)?;
+        key[..service.len()].copy_from_slice(service);
+        key[service.len()] = b'.';
+        key[service.len() + 1..].copy_from_slice(namespace);
+        let key = std::str::from_utf8(key).ok()?;
+        self.services.get(key).map(|e| e.clone())
+    }
+
+    /// The labels of `name` below the zone, leftmost first; None if too many.
+    fn relative_labels<'a>(
+        &self,
+        name: &'a LowerName,
+        buffer: &'a mut [&'a [u8]; MAX_LABELS],
+    ) -> Option<&'a [&'a [u8]]> {
+        let count = usize::from(name.num_labels() - self.apex.num_labels());
+        if count > MAX_LABELS {
+            return None;
         }
-        self.nodes.insert(self.apex.clone(), Arc::new(apex));
+        for (slot, label) in buffer.iter_mut().zip(name.iter().take(count)) {
+            *slot = label;
+        }
+        Some(&buffer[..count])
     }
 
-    /// Number of names served (including the fixed ones).
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Whether no name is served (never: the apex is always there).
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
-    fn put(&self, name: &Name, node: Node) {
-        self.nodes.insert(LowerName::new(name), Arc::new(node));
+    fn count_namespace(&self, namespace: Box<str>, delta: isize) {
+        let mut count = self.namespaces.entry(namespace.clone()).or_insert(0);
+        *count = count.saturating_add_signed(delta);
+        let gone = *count == 0;
+        drop(count);
+        if gone {
+            self.namespaces.remove(&namespace);
+        }
     }
 
     fn ns_name(&self) -> Name {
-        child(&self.naming.zone, "ns.dns")
+        self.child("ns.dns")
     }
 
-    /// Keeps `<ns>.svc.<zone>` an empty non-terminal while the namespace has an import.
-    fn count_namespace(&self, key: &ServiceKey, had: bool, has: bool) {
-        let name = LowerName::new(&child(&self.naming.zone, &format!("{}.svc", key.namespace)));
-        if has && !had {
-            let mut count = self.namespaces.entry(key.namespace.clone()).or_insert(0);
-            *count += 1;
-            if *count == 1 {
-                self.nodes.entry(name).or_default();
-            }
-        } else if had && !has {
-            let gone = self
-                .namespaces
-                .get_mut(&key.namespace)
-                .map(|mut c| {
-                    *c -= 1;
-                    *c == 0
-                })
-                .unwrap_or(false);
-            if gone {
-                self.namespaces.remove(&key.namespace);
-                self.nodes.remove(&name);
-            }
-        }
+    fn child(&self, labels: &str) -> Name {
+        records_name(&self.zone, labels).expect("fixed labels are valid DNS")
     }
 }
 
-fn child(parent: &Name, labels: &str) -> Name {
-    records::child(parent, labels).expect("fixed labels are valid DNS")
+/// `labels.zone`, lower-cased, or None when the labels are not valid DNS.
+fn records_name(zone: &Name, labels: &str) -> Option<Name> {
+    let name = Name::from_ascii(labels).ok()?.append_domain(zone).ok()?;
+    Some(name.to_lowercase())
 }

@@ -263,8 +263,12 @@ pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), Con
                 })?;
             addresses.push(ip);
         }
+        // Kubernetes defines no meaning for addresses after the first.
+        let Some(&address) = addresses.first() else {
+            continue;
+        };
         endpoints.push(Endpoint {
-            addresses,
+            address,
             hostname: ep.hostname.as_deref().map(Box::from),
             ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
         });
@@ -470,17 +474,17 @@ mod tests {
                 SliceInfo {
                     endpoints: vec![
                         Endpoint {
-                            addresses: vec![ip("10.1.0.1")],
+                            address: ip("10.1.0.1"),
                             hostname: Some("web-0".into()),
                             ready: true
                         },
                         Endpoint {
-                            addresses: vec![ip("10.1.0.2")],
+                            address: ip("10.1.0.2"),
                             hostname: None,
                             ready: false
                         },
                         Endpoint {
-                            addresses: vec![ip("10.1.0.3")],
+                            address: ip("10.1.0.3"),
                             hostname: None,
                             ready: true
                         },
@@ -498,7 +502,7 @@ mod tests {
             panic!()
         };
         assert_eq!(key, ServiceKey::new("default", "web"));
-        assert_eq!(info.endpoints[0].addresses, vec![ip("fd00::7")]);
+        assert_eq!(info.endpoints[0].address, ip("fd00::7"));
     }
 
     #[test]

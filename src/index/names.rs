@@ -1,0 +1,131 @@
+//! Which name of the zone a query name is (DESIGN.md §4): the apex, a fixed
+//! name, an empty non-terminal, or a name under one service.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::ServiceEntry;
+use crate::engine::{Import, ImportCluster};
+use crate::model::ImportType;
+
+/// A name that exists in the zone.
+#[derive(Clone, Debug)]
+pub enum Owner {
+    /// The zone apex (SOA, NS).
+    Apex,
+    /// `dns-version.<zone>` (TXT).
+    DnsVersion,
+    /// An empty non-terminal: `svc.<zone>` or `<ns>.svc.<zone>`.
+    Empty,
+    /// A name under one service.
+    Service(Arc<ServiceEntry>, ServiceName),
+}
+
+/// A name under one service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceName {
+    /// `<svc>.<ns>.svc.<zone>`.
+    Service,
+    /// `_<port>._<proto>.<svc>…`: index into the import's ports.
+    Srv(usize),
+    /// `<host>.<cluster>.<svc>…`: the cluster index and the endpoint addresses.
+    Pod(usize, Vec<IpAddr>),
+    /// `<cluster>.<svc>…` (cluster targeting only): the cluster index.
+    Cluster(usize),
+    /// `_<proto>.<svc>…`: an empty non-terminal above SRV names.
+    Protocol,
+}
+
+/// Resolves the labels below `<svc>.<ns>.svc.<zone>` (leftmost first).
+/// None: no such name (NXDOMAIN).
+pub fn service_name(
+    import: &Import,
+    rest: &[&[u8]],
+    cluster_targeting: bool,
+) -> Option<ServiceName> {
+    if import.type_ == ImportType::Headless
+        && import.clusters.iter().all(|c| c.endpoints.is_empty())
+    {
+        return None;
+    }
+    if import.local_families.is_empty() {
+        return rest.is_empty().then_some(ServiceName::Service);
+    }
+    match rest {
+        [] => Some(ServiceName::Service),
+        [proto] if proto.starts_with(b"_") => {
+            let any = (0..import.ports.len()).any(|i| srv_matches(import, i, None, &proto[1..]));
+            any.then_some(ServiceName::Protocol)
+        }
+        [port, proto] if port.starts_with(b"_") && proto.starts_with(b"_") => {
+            (0..import.ports.len())
+                .find(|&i| srv_matches(import, i, Some(&port[1..]), &proto[1..]))
+                .map(ServiceName::Srv)
+        }
+        [host, cluster @ ..] => pod(import, host, cluster).or_else(|| {
+            let targeted = cluster_targeting
+                .then(|| cluster_index(import, rest))
+                .flatten();
+            targeted.map(ServiceName::Cluster)
+        }),
+    }
+}
+
+fn srv_matches(import: &Import, index: usize, name: Option<&[u8]>, proto: &[u8]) -> bool {
+    let port = &import.ports[index];
+    let Some(port_name) = &port.name else {
+        return false;
+    };
+    let port_proto = port.protocol.as_deref().unwrap_or("TCP");
+    port_proto.as_bytes().eq_ignore_ascii_case(proto)
+        && name.is_none_or(|n| port_name.as_bytes() == n)
+}
+
+/// The cluster whose id is `labels` joined with dots.
+fn cluster_index(import: &Import, labels: &[&[u8]]) -> Option<usize> {
+    import
+        .clusters
+        .iter()
+        .position(|c| labels_equal(&c.cluster, labels))
+}
+
+fn labels_equal(dotted: &str, labels: &[&[u8]]) -> bool {
+    let mut parts = dotted.split('.');
+    labels
+        .iter()
+        .all(|l| parts.next().is_some_and(|p| p.as_bytes() == *l))
+        && parts.next().is_none()
+}
+
+/// A per-pod name of a headless import: `<host>` in the cluster named by the other labels.
+fn pod(import: &Import, host: &[u8], cluster: &[&[u8]]) -> Option<ServiceName> {
+    if import.type_ != ImportType::Headless || cluster.is_empty() {
+        return None;
+    }
+    let index = cluster_index(import, cluster)?;
+    let addresses = pod_addresses(&import.clusters[index], host, import);
+    (!addresses.is_empty()).then_some(ServiceName::Pod(index, addresses))
+}
+
+fn pod_addresses(cluster: &ImportCluster, host: &[u8], import: &Import) -> Vec<IpAddr> {
+    cluster
+        .endpoints
+        .iter()
+        .filter(|e| {
+            import
+                .local_families
+                .contains(&crate::model::IpFamily::of(&e.address))
+        })
+        .filter(|e| match &e.hostname {
+            Some(h) => h.as_bytes() == host,
+            None => dashed(&e.address).as_bytes() == host,
+        })
+        .map(|e| e.address)
+        .collect()
+}
+
+/// The `<host>` label of an endpoint without hostname: its address with `.`
+/// and `:` replaced by `-` (`10-0-0-1`, `fd00--1`).
+pub fn dashed(ip: &IpAddr) -> String {
+    ip.to_string().replace(['.', ':'], "-")
+}
