@@ -80,6 +80,13 @@ pub struct ServeArgs {
     /// Address to answer DNS on, UDP and TCP.
     #[arg(long, default_value = "0.0.0.0:5300", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+    /// Address of the operations listener: /metrics, /healthz, /readyz.
+    #[arg(long, default_value = "0.0.0.0:9153", value_name = "ADDR:PORT")]
+    pub metrics_listen: SocketAddr,
+    /// /readyz fails when a source has not completed a sync for this many seconds
+    /// (the manifest directory is rescanned at least every 30 s).
+    #[arg(long, default_value_t = 90, value_name = "SECONDS")]
+    pub max_sync_age: u64,
     /// UDP worker threads, each with its own socket (`SO_REUSEPORT`).
     #[arg(long, default_value_t = default_workers())]
     pub udp_workers: usize,

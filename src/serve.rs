@@ -1,40 +1,52 @@
-//! `serve`: wires the manifest source, the engine, the index and the DNS server.
+//! `serve`: wires the manifest source, the engine, the index, the DNS server
+//! and the operations listener.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs};
 use crate::dns::DnsServer;
 use crate::engine::Engine;
+use crate::http::{self, Health};
 use crate::index::Index;
+use crate::metrics::Metrics;
 use crate::model::Change;
 use crate::source::manifests::ManifestSource;
 use crate::source::watch::spawn_watcher;
 use crate::vip_state;
 
+/// Name of the manifest directory source in metrics.
+const MANIFESTS: &str = "manifests";
+
+/// Where reconciled results go while serving.
+pub struct Outputs {
+    /// The DNS view.
+    pub index: Arc<Index>,
+    /// Metrics to keep current.
+    pub metrics: Arc<Metrics>,
+}
+
 /// Feeds changes through the engine into the index and keeps the VIP state file current.
 pub struct Reconciler {
     engine: Engine,
-    index: Option<Arc<Index>>,
+    outputs: Option<Outputs>,
     state_file: Option<PathBuf>,
 }
 
 impl Reconciler {
-    /// An engine set up from `args`, with the VIPs saved in the state file restored.
-    /// `index` receives every import change; `persist` says whether to write the state file.
-    pub fn new(
-        args: &ClustersetArgs,
-        index: Option<Arc<Index>>,
-        persist: bool,
-    ) -> anyhow::Result<Self> {
+    /// An engine set up from `args`, with the VIPs saved in the state file
+    /// restored. With `outputs` (serving), results reach the index and the
+    /// metrics and VIP allocations are saved; without (status), nothing is written.
+    pub fn new(args: &ClustersetArgs, outputs: Option<Outputs>) -> anyhow::Result<Self> {
         let mut engine = Engine::new(args.engine_settings());
         let path = args.state_file();
         let skipped = engine.vips_mut().restore(vip_state::load(&path)?);
@@ -43,23 +55,28 @@ impl Reconciler {
         }
         Ok(Self {
             engine,
-            index,
-            state_file: persist.then_some(path),
+            state_file: outputs.as_ref().map(|_| path),
+            outputs,
         })
     }
 
-    /// Applies one batch of changes.
+    /// Applies one batch of changes (a completed sync of the source).
     pub fn apply(&mut self, changes: Vec<Change>) {
+        let started = Instant::now();
         let updates = self.engine.apply(changes);
-        if let Some(index) = &self.index {
+        if let Some(out) = &self.outputs {
             for (key, import) in &updates {
-                index.update(key, import.clone());
+                out.index.update(key, import.clone());
             }
             if !updates.is_empty() {
-                index.commit();
+                out.index.commit();
             }
         }
-        self.persist();
+        let saved = self.persist();
+        if let Some(out) = &self.outputs {
+            out.metrics
+                .reconciled(&self.engine, started.elapsed(), saved);
+        }
     }
 
     /// Applies the first full state of the sources: saved VIPs no import
@@ -68,9 +85,9 @@ impl Reconciler {
         self.apply(changes);
         self.engine.release_unclaimed_vips();
         self.persist();
-        if let Some(index) = &self.index {
-            index.commit();
-            index.set_synced();
+        if let Some(out) = &self.outputs {
+            out.index.commit();
+            out.index.set_synced();
         }
     }
 
@@ -79,15 +96,23 @@ impl Reconciler {
         &self.engine
     }
 
-    fn persist(&mut self) {
-        let Some(path) = &self.state_file else { return };
-        if self.engine.vips_mut().take_dirty()
-            && let Err(error) = vip_state::save(path, &self.engine.vips_mut().allocations())
-        {
-            warn!(
-                error = format!("{error:#}"),
-                "VIPs will not survive a restart"
-            );
+    /// Saves VIP allocations if they changed; false if that failed.
+    fn persist(&mut self) -> bool {
+        let Some(path) = &self.state_file else {
+            return true;
+        };
+        if !self.engine.vips_mut().take_dirty() {
+            return true;
+        }
+        match vip_state::save(path, &self.engine.vips_mut().allocations()) {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(
+                    error = format!("{error:#}"),
+                    "VIPs will not survive a restart"
+                );
+                false
+            }
         }
     }
 }
@@ -96,6 +121,8 @@ impl Reconciler {
 pub struct Running {
     /// The address DNS is answered on (UDP and TCP).
     pub dns_addr: SocketAddr,
+    /// The address of `/metrics`, `/healthz` and `/readyz`, if it could be bound.
+    pub metrics_addr: Option<SocketAddr>,
     /// The index being served (`is_synced` tells when the first load is done).
     pub index: Arc<Index>,
     task: JoinHandle<anyhow::Result<()>>,
@@ -113,8 +140,9 @@ impl Running {
     }
 }
 
-/// Binds the DNS sockets, then loads the manifest directory in the background
-/// and keeps following it (SERVFAIL until the first load is done).
+/// Binds the DNS sockets and the operations listener, then loads the
+/// manifest directory in the background and keeps following it (SERVFAIL
+/// until the first load is done).
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let manifests = &args.clusterset.manifests;
     anyhow::ensure!(
@@ -128,43 +156,82 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         args.cluster_targeting,
         unix_serial(),
     ));
-    let dns = DnsServer::bind(args.listen, args.udp_workers, index.clone())
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let metrics = Arc::new(Metrics::new());
+    let dns = DnsServer::bind(
+        args.listen,
+        args.udp_workers,
+        index.clone(),
+        metrics.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
     info!(listen = %dns_addr, zone = %args.zone, manifests = %manifests.display(), "answering DNS (SERVFAIL until the first sync)");
-    let clusterset = args.clusterset;
-    let sync_index = index.clone();
-    let reconcile = async move {
-        let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
-        let (mut reconciler, _watcher) =
-            tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-                let mut reconciler = Reconciler::new(&clusterset, Some(sync_index.clone()), true)?;
-                let mut source = ManifestSource::new(&clusterset.manifests);
-                reconciler.apply_initial(source.rescan(&HashSet::new()));
-                info!(
-                    names = sync_index.len(),
-                    services = reconciler.engine().aggregates().len(),
-                    "first sync done"
-                );
-                Ok((reconciler, spawn_watcher(source, tx)?))
-            })
-            .await??;
-        while let Some(batch) = rx.recv().await {
-            reconciler.apply(batch);
-        }
-        warn!("manifest watcher stopped; serving the last state");
-        Ok(())
+    let health = Arc::new(Health {
+        index: index.clone(),
+        metrics: metrics.clone(),
+        max_sync_age: Duration::from_secs(args.max_sync_age),
+    });
+    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await;
+    let outputs = Outputs {
+        index: index.clone(),
+        metrics,
     };
+    let reconcile = follow_manifests(args.clusterset, outputs);
     let task = tokio::spawn(async move {
-        tokio::try_join!(dns.run(), reconcile)?;
+        tokio::try_join!(dns.run(), reconcile, operations)?;
         Ok(())
     });
     Ok(Running {
         dns_addr,
+        metrics_addr,
         index,
         task,
     })
+}
+
+/// Binds the operations listener; a failure is logged, not fatal: DNS is
+/// what clients depend on.
+async fn operations_listener(
+    listen: SocketAddr,
+    health: Arc<Health>,
+) -> (Option<SocketAddr>, Task) {
+    match TcpListener::bind(listen).await {
+        Ok(listener) => {
+            let addr = listener.local_addr().ok();
+            info!(listen = ?addr, "serving /metrics, /healthz and /readyz");
+            (addr, Box::pin(http::serve(listener, health)))
+        }
+        Err(e) => {
+            error!(%listen, error = %e, "cannot serve /metrics, /healthz, /readyz");
+            (None, Box::pin(std::future::pending()))
+        }
+    }
+}
+
+/// A task that runs for the life of the server.
+type Task = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Loads the manifest directory, then applies every rescan the watcher reports.
+async fn follow_manifests(clusterset: ClustersetArgs, outputs: Outputs) -> anyhow::Result<()> {
+    let metrics = outputs.metrics.clone();
+    let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
+    let (mut reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let index = outputs.index.clone();
+        let mut reconciler = Reconciler::new(&clusterset, Some(outputs))?;
+        let mut source = ManifestSource::new(&clusterset.manifests);
+        reconciler.apply_initial(source.rescan(&HashSet::new()));
+        info!(services = index.len(), "first sync done");
+        Ok((reconciler, spawn_watcher(source, tx)?))
+    })
+    .await??;
+    metrics.source_synced(MANIFESTS, watcher.problems().len());
+    while let Some(batch) = rx.recv().await {
+        reconciler.apply(batch);
+        metrics.source_synced(MANIFESTS, watcher.problems().len());
+    }
+    warn!("manifest watcher stopped; serving the last state");
+    Ok(())
 }
 
 /// Serves DNS for the clusterset in the manifest directory until the process ends.

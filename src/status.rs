@@ -45,7 +45,7 @@ pub fn render(args: &StatusArgs) -> anyhow::Result<String> {
         "manifest directory {} does not exist",
         manifests.display()
     );
-    let mut reconciler = Reconciler::new(&args.clusterset, None, false)?;
+    let mut reconciler = Reconciler::new(&args.clusterset, None)?;
     let mut source = ManifestSource::new(manifests);
     reconciler.apply_initial(source.rescan(&HashSet::new()));
     let aggregates = reconciler.engine().aggregates();

@@ -2,8 +2,8 @@
 //! (see `udp`), TCP through hickory-server.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Header, HeaderCounts};
 use hickory_server::Server;
@@ -16,13 +16,17 @@ use tracing::debug;
 use super::response::Response;
 use super::udp::UdpWorkers;
 use crate::index::Index;
+use crate::metrics::{DnsRecorder, Metrics};
 
+/// UDP socket buffer size asked for.
+const SOCKET_BUFFER: usize = 4 << 20;
 /// Idle time after which a TCP connection is closed.
 const TCP_IDLE: Duration = Duration::from_secs(10);
 
 /// Answers TCP queries from the index.
 struct TcpHandler {
     index: Arc<Index>,
+    recorder: Mutex<DnsRecorder>,
 }
 
 #[async_trait::async_trait]
@@ -32,7 +36,14 @@ impl RequestHandler for TcpHandler {
         request: &Request,
         mut response: R,
     ) -> ResponseInfo {
+        let started = Instant::now();
         let built = Response::new(&self.index, request);
+        {
+            let mut recorder = self.recorder.lock().unwrap_or_else(|e| e.into_inner());
+            let rtype = request.queries.queries().first().map(|q| q.query_type());
+            recorder.record(rtype, built.answer().code, started.elapsed());
+            recorder.flush();
+        }
         let message = built.message(&request.queries, true);
         let header = Header {
             metadata: *message.metadata(),
@@ -62,16 +73,18 @@ impl DnsServer {
         listen: SocketAddr,
         udp_workers: usize,
         index: Arc<Index>,
+        metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
         let mut server = Server::new(TcpHandler {
             index: index.clone(),
+            recorder: Mutex::new(metrics.dns.recorder("tcp")),
         });
         server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 65535);
         Ok(Self {
             tcp: server,
-            _udp: UdpWorkers::start(udp, index)?,
+            _udp: UdpWorkers::start(udp, index, metrics)?,
             local,
         })
     }
@@ -118,6 +131,9 @@ fn bind_all(
 fn udp_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_reuse_port(true)?;
+    // Room for bursts; the kernel caps this at net.core.[rw]mem_max.
+    socket.set_recv_buffer_size(SOCKET_BUFFER)?;
+    socket.set_send_buffer_size(SOCKET_BUFFER)?;
     socket.bind(&addr.into())?;
     Ok(socket.into())
 }

@@ -3,21 +3,26 @@
 //! cached response and patching ID, flags, question case and EDNS. Anything
 //! else goes through [`Response`] and fills the cache.
 
+use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query};
+use hickory_proto::op::{Edns, Header, MessageType, Metadata, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{LowerName, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
+use nix::errno::Errno;
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
 use tracing::{debug, warn};
 
 use super::response::{MAX_UDP_PAYLOAD, Response};
 use crate::index::Index;
+use crate::metrics::{DnsRecorder, Metrics};
 
 /// Types whose responses are cached (others are rare and always built).
 const CACHED_TYPES: [RecordType; 7] = [
@@ -30,6 +35,10 @@ const CACHED_TYPES: [RecordType; 7] = [
     RecordType::ANY,
 ];
 
+/// Datagrams received and answered per system call.
+const BATCH: usize = 32;
+/// Largest query read (longer ones are cut and then answered FORMERR).
+const MAX_REQUEST: usize = 4096;
 /// How often a worker checks whether it should stop.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -52,15 +61,20 @@ pub struct UdpWorkers {
 
 impl UdpWorkers {
     /// Starts one worker per socket.
-    pub fn start(sockets: Vec<UdpSocket>, index: Arc<Index>) -> std::io::Result<Self> {
+    pub fn start(
+        sockets: Vec<UdpSocket>,
+        index: Arc<Index>,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for (n, socket) in sockets.into_iter().enumerate() {
             socket.set_read_timeout(Some(POLL))?;
             let (index, stop) = (index.clone(), stop.clone());
+            let recorder = metrics.dns.recorder("udp");
             let thread = std::thread::Builder::new()
                 .name(format!("dns-udp-{n}"))
-                .spawn(move || serve(&socket, &index, &stop))?;
+                .spawn(move || serve(&socket, &index, recorder, &stop))?;
             threads.push(thread);
         }
         Ok(Self { stop, threads })
@@ -76,54 +90,130 @@ impl Drop for UdpWorkers {
     }
 }
 
-fn serve(socket: &UdpSocket, index: &Index, stop: &AtomicBool) {
-    let mut request = [0u8; 4096];
-    let mut response = Vec::with_capacity(4096);
+/// Receives and answers datagrams in batches (`recvmmsg`/`sendmmsg`) until `stop`.
+fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &AtomicBool) {
+    let fd = socket.as_raw_fd();
+    let mut requests = vec![[0u8; MAX_REQUEST]; BATCH];
+    let mut responses: Vec<Vec<u8>> = (0..BATCH)
+        .map(|_| Vec::with_capacity(MAX_REQUEST))
+        .collect();
+    let mut peers: Vec<Option<SockaddrStorage>> = vec![None; BATCH];
+    let mut rx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+    let mut tx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     while !stop.load(Ordering::Relaxed) {
-        let (len, peer) = match socket.recv_from(&mut request) {
-            Ok(received) => received,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue;
-            }
-            Err(error) => {
-                warn!(%error, "UDP receive failed");
-                continue;
-            }
-        };
-        response.clear();
-        if respond(index, &request[..len], peer, &mut response)
-            && let Err(error) = socket.send_to(&response, peer)
+        let mut received = Vec::with_capacity(0);
         {
-            debug!(%error, %peer, "UDP send failed");
+            let mut slices: Vec<[IoSliceMut<'_>; 1]> =
+                requests.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
+            match recvmmsg(
+                fd,
+                &mut rx,
+                slices.iter_mut(),
+                MsgFlags::MSG_WAITFORONE,
+                None,
+            ) {
+                Ok(messages) => received.extend(messages.map(|m| (m.bytes, m.address))),
+                Err(Errno::EAGAIN | Errno::EINTR) => continue,
+                Err(error) => {
+                    warn!(%error, "UDP receive failed");
+                    continue;
+                }
+            }
+        }
+        let mut count = 0;
+        for (i, (len, address)) in received.into_iter().enumerate() {
+            let Some(peer) = address.as_ref().and_then(socket_addr) else {
+                continue;
+            };
+            let out = &mut responses[count];
+            out.clear();
+            let started = Instant::now();
+            if let Some(outcome) = respond(index, &requests[i][..len], peer, out) {
+                recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+                peers[count] = address;
+                count += 1;
+            }
+        }
+        recorder.flush();
+        let mut sent = 0;
+        while sent < count {
+            let slices: Vec<[IoSlice<'_>; 1]> = responses[sent..count]
+                .iter()
+                .map(|r| [IoSlice::new(r)])
+                .collect();
+            match sendmmsg(
+                fd,
+                &mut tx,
+                &slices,
+                &peers[sent..count],
+                [],
+                MsgFlags::empty(),
+            ) {
+                Ok(done) => sent += done.count().max(1),
+                Err(Errno::EINTR) => {}
+                Err(error) => {
+                    debug!(%error, "UDP send failed");
+                    // Skip the datagram the kernel refused and go on with the rest.
+                    sent += 1;
+                }
+            }
         }
     }
 }
 
-/// Writes the response to one datagram into `out`; false when none is due
+fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = address.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    address
+        .as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6((*v6).into()))
+}
+
+/// What was answered, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The query type (None: no question could be read).
+    pub rtype: Option<RecordType>,
+    /// The response code sent.
+    pub rcode: ResponseCode,
+}
+
+/// Writes the response to one datagram into `out`; None when none is due
 /// (not a query, or too short to have a header).
-pub fn respond(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> bool {
+pub fn respond(
+    index: &Index,
+    packet: &[u8],
+    peer: SocketAddr,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
     if let Some(query) = FastQuery::parse(packet)
         && let Some(cached) = index.cached(&query.name, query.rtype)
         && query.reuse(&cached, packet, out)
     {
-        return true;
+        let rcode = ResponseCode::from(0, out[3] & 0x0f);
+        return Some(Outcome {
+            rtype: Some(query.rtype),
+            rcode,
+        });
     }
     slow(index, packet, peer, out)
 }
 
 /// Decodes the whole request with hickory and builds the response.
-fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> bool {
+fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Option<Outcome> {
     let request = match Request::from_bytes(packet.to_vec(), peer, Protocol::Udp) {
         Ok(request) => request,
-        Err(error) => return formerr(packet, out, &error),
+        Err(error) => {
+            formerr(packet, out, &error)?;
+            return Some(Outcome {
+                rtype: None,
+                rcode: ResponseCode::FormErr,
+            });
+        }
     };
     if request.metadata.message_type != MessageType::Query {
-        return false;
+        return None;
     }
     let response = Response::new(index, &request);
     if let Some(owner) = &response.answer().owner
@@ -136,31 +226,33 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> bo
     match response.encode(&request.queries, true, response.udp_limit()) {
         Ok(bytes) => {
             out.extend_from_slice(&bytes);
-            true
+            let rtype = request.queries.queries().first().map(|q| q.query_type());
+            Some(Outcome {
+                rtype,
+                rcode: response.answer().code,
+            })
         }
         Err(error) => {
             warn!(%error, %peer, "cannot encode a response");
-            false
+            None
         }
     }
 }
 
 /// FORMERR for a packet whose header reads but whose body does not.
-fn formerr(packet: &[u8], out: &mut Vec<u8>, error: &dyn std::fmt::Display) -> bool {
-    let Ok(header) = Header::read(&mut BinDecoder::new(packet)) else {
-        return false;
-    };
+fn formerr(packet: &[u8], out: &mut Vec<u8>, error: &dyn std::fmt::Display) -> Option<()> {
+    let header = Header::read(&mut BinDecoder::new(packet)).ok()?;
     if header.metadata.message_type != MessageType::Query {
-        return false;
+        return None;
     }
     debug!(%error, id = header.metadata.id, "malformed query");
-    let mut metadata = hickory_proto::op::Metadata::response_from_request(&header.metadata);
-    metadata.response_code = hickory_proto::op::ResponseCode::FormErr;
+    let mut metadata = Metadata::response_from_request(&header.metadata);
+    metadata.response_code = ResponseCode::FormErr;
     let header = Header {
         metadata,
         counts: Default::default(),
     };
-    header.emit(&mut BinEncoder::new(out)).is_ok()
+    header.emit(&mut BinEncoder::new(out)).ok()
 }
 
 /// A plain query: one question, no answer or authority records, at most an

@@ -95,6 +95,9 @@ pub struct ExportStatus {
     pub cluster: ClusterId,
     /// `Valid`, `Ready`, and `Conflict` when the export is valid.
     pub conditions: Vec<Condition>,
+    /// The reasons of the `Conflict` condition, when it is true.
+    #[serde(skip)]
+    pub conflicts: Vec<ConflictReason>,
 }
 
 impl ExportStatus {
@@ -234,6 +237,7 @@ fn invalid(cluster: &ClusterId, reason: &str, ready_reason: &str, message: &str)
             Condition::new(VALID, false, reason, message),
             Condition::new(READY, false, ready_reason, message),
         ],
+        conflicts: Vec::new(),
     }
 }
 
@@ -378,6 +382,7 @@ fn export_status(
     ExportStatus {
         cluster: candidate.cluster.clone(),
         conditions: vec![valid, ready, conflict],
+        conflicts: reasons,
     }
 }
 

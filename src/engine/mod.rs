@@ -14,6 +14,7 @@ use tracing::warn;
 
 use crate::model::{Change, ClusterId, ImportType, IpFamily, Object, ObjectRef, ServiceKey};
 pub use aggregate::{Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster};
+use conditions::ConflictReason;
 use vip::{VipAllocator, VipPools};
 
 /// Settings the engine needs from the command line.
@@ -34,10 +35,45 @@ impl Default for EngineSettings {
     }
 }
 
+/// Totals over every service, kept current by each reconcile (for metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Imports of type ClusterSetIP.
+    pub cluster_set_ip: usize,
+    /// Imports of type Headless.
+    pub headless: usize,
+    /// Ready endpoints across all imports.
+    pub endpoints: usize,
+    /// Exports in conflict, by reason.
+    pub conflicts: BTreeMap<ConflictReason, usize>,
+}
+
+impl Stats {
+    fn count(&mut self, aggregate: &Aggregate, add: bool) {
+        let change =
+            |n: &mut usize, by: usize| *n = if add { *n + by } else { n.saturating_sub(by) };
+        if let Some(import) = &aggregate.import {
+            let kind = match import.type_ {
+                ImportType::ClusterSetIP => &mut self.cluster_set_ip,
+                ImportType::Headless => &mut self.headless,
+            };
+            change(kind, 1);
+            change(
+                &mut self.endpoints,
+                import.clusters.iter().map(|c| c.endpoints.len()).sum(),
+            );
+        }
+        for reason in aggregate.exports.iter().flat_map(|e| &e.conflicts) {
+            change(self.conflicts.entry(*reason).or_default(), 1);
+        }
+    }
+}
+
 /// All inputs, the latest aggregate per service, and the VIP allocator.
 #[derive(Debug)]
 pub struct Engine {
     local_families: Vec<IpFamily>,
+    stats: Stats,
     inputs: HashMap<ServiceKey, BTreeMap<ClusterId, ClusterInputs>>,
     results: HashMap<ServiceKey, Aggregate>,
     vips: VipAllocator,
@@ -48,6 +84,7 @@ impl Engine {
     pub fn new(settings: EngineSettings) -> Self {
         Self {
             local_families: settings.local_families,
+            stats: Stats::default(),
             inputs: HashMap::new(),
             results: HashMap::new(),
             vips: VipAllocator::new(settings.pools),
@@ -89,6 +126,16 @@ impl Engine {
         let results = &self.results;
         self.vips
             .retain(|k| results.get(k).is_some_and(|r| r.import.is_some()));
+    }
+
+    /// Totals over every service.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The VIP allocator.
+    pub fn vips(&self) -> &VipAllocator {
+        &self.vips
     }
 
     /// The aggregate of a service, if it has any export.
@@ -167,6 +214,9 @@ impl Engine {
     }
 
     fn reconcile(&mut self, key: &ServiceKey) -> Option<Arc<Import>> {
+        if let Some(old) = self.results.get(key) {
+            self.stats.count(old, false);
+        }
         let Some(inputs) = self.inputs.get(key) else {
             self.results.remove(key);
             self.vips.release(key);
@@ -186,6 +236,7 @@ impl Engine {
         if result.exports.is_empty() {
             self.results.remove(key);
         } else {
+            self.stats.count(&result, true);
             self.results.insert(key.clone(), result);
         }
         import
@@ -299,6 +350,46 @@ mod tests {
         assert_eq!(
             updates[0].1.as_ref().unwrap().vips,
             ["243.0.0.1".parse::<IpAddr>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn stats_follow_every_reconcile() {
+        let mut engine = Engine::new(EngineSettings::default());
+        engine.apply([
+            upsert(
+                "east",
+                Object::Service(service(&["10.0.0.1"], &[("http", 80)])),
+            ),
+            upsert("east", Object::Export(export(1))),
+            upsert(
+                "east",
+                Object::Slice(
+                    "s".into(),
+                    slice(&[("10.1.0.1", None, true), ("10.1.0.2", None, false)]),
+                ),
+            ),
+            upsert(
+                "west",
+                Object::Service(service(&["10.0.0.2"], &[("http", 81)])),
+            ),
+            upsert("west", Object::Export(export(2))),
+        ]);
+        let stats = engine.stats().clone();
+        assert_eq!(
+            (stats.cluster_set_ip, stats.headless, stats.endpoints),
+            (1, 0, 1)
+        );
+        assert_eq!(stats.conflicts.get(&ConflictReason::PortConflict), Some(&1));
+        engine.apply([Change::Delete("west".into(), key(), ObjectRef::Export)]);
+        assert_eq!(
+            engine.stats().conflicts.get(&ConflictReason::PortConflict),
+            Some(&0)
+        );
+        engine.apply([Change::Delete("east".into(), key(), ObjectRef::Export)]);
+        assert_eq!(
+            (engine.stats().cluster_set_ip, engine.stats().endpoints),
+            (0, 0)
         );
     }
 

@@ -64,6 +64,8 @@ pub struct VipAllocator {
     owner: HashMap<IpAddr, ServiceKey>,
     /// Pool addresses in use by some cluster, with a use count.
     in_use_by_clusters: HashMap<IpAddr, u32>,
+    /// VIPs given out, by family (`IpFamily as usize`).
+    counts: [usize; 2],
     dirty: bool,
 }
 
@@ -139,8 +141,9 @@ impl VipAllocator {
     /// Releases every VIP of `key`.
     pub fn release(&mut self, key: &ServiceKey) {
         if let Some(held) = self.held.remove(key) {
-            for ip in held.values() {
+            for (family, ip) in &held {
                 self.owner.remove(ip);
+                self.counts[*family as usize] -= 1;
             }
             self.dirty = true;
         }
@@ -187,10 +190,19 @@ impl VipAllocator {
 
     /// Number of VIPs given out in a family.
     pub fn allocated(&self, family: IpFamily) -> usize {
-        self.owner
+        self.counts[family as usize]
+    }
+
+    /// Number of addresses of a family's pool still free.
+    pub fn free(&self, family: IpFamily) -> u128 {
+        let used = self
+            .in_use_by_clusters
             .keys()
             .filter(|ip| IpFamily::of(ip) == family)
-            .count()
+            .count();
+        PoolSpan::of(self.pools.pool(family))
+            .size
+            .saturating_sub((self.allocated(family) + used) as u128)
     }
 
     /// Whether allocations changed since the last call.
@@ -199,6 +211,7 @@ impl VipAllocator {
     }
 
     fn take(&mut self, key: ServiceKey, family: IpFamily, ip: IpAddr) {
+        self.counts[family as usize] += 1;
         self.owner.insert(ip, key.clone());
         self.held.entry(key).or_default().insert(family, ip);
         self.dirty = true;
@@ -209,6 +222,7 @@ impl VipAllocator {
             && let Some(ip) = held.remove(&family)
         {
             self.owner.remove(&ip);
+            self.counts[family as usize] -= 1;
             if held.is_empty() {
                 self.held.remove(key);
             }
@@ -332,6 +346,8 @@ mod tests {
         let mut a = VipAllocator::new(tiny_pools());
         let both = a.ensure(&key("x"), &[IPv4, IPv6]).unwrap();
         assert_eq!(a.allocated(IPv6), 1);
+        // fd00::/126 has three usable addresses (all but the subnet-router anycast).
+        assert_eq!(a.free(IPv6), 2);
         assert_eq!(a.ensure(&key("x"), &[IPv4]).unwrap(), vec![both[0]]);
         assert_eq!(a.allocated(IPv6), 0);
         a.release(&key("x"));

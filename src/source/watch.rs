@@ -17,6 +17,9 @@ use crate::model::Change;
 
 /// Quiet time after the last event before rescanning.
 const DEBOUNCE: Duration = Duration::from_millis(75);
+/// A full rescan happens at least this often, even without events (a safety
+/// net for missed events, and the heartbeat behind readiness).
+pub const RESYNC: Duration = Duration::from_secs(30);
 /// Longest delay between the first event of a burst and its rescan.
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
@@ -41,8 +44,8 @@ impl WatchHandle {
     }
 }
 
-/// Watches `source`'s directory recursively and sends each non-empty batch of
-/// [`Change`]s on `tx`.
+/// Watches `source`'s directory recursively and sends the [`Change`]s of each
+/// rescan on `tx` (an empty batch: a rescan that found nothing new).
 ///
 /// Starts with a rescan (everything, unless the caller already rescanned
 /// `source`), then rescans ~75 ms after each burst of filesystem events, on a
@@ -82,19 +85,21 @@ fn run(
         let changes = source.rescan(&touched);
         touched.clear();
         *problems.lock().unwrap_or_else(PoisonError::into_inner) = source.problems();
-        if !changes.is_empty() && tx.blocking_send(changes).is_err() {
+        // Every batch, even empty, tells the receiver a sync completed.
+        if tx.blocking_send(changes).is_err() {
             return;
         }
 
-        // Wait for a relevant event, then for the burst to settle.
+        // Wait for a relevant event (or the periodic resync), then for the burst to settle.
         loop {
-            match events.recv() {
+            match events.recv_timeout(RESYNC) {
                 Ok(event) => {
                     if note(event, &mut touched) {
                         break;
                     }
                 }
-                Err(_) => return,
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
         let deadline = Instant::now() + MAX_DELAY;
@@ -167,12 +172,17 @@ mod tests {
             .collect()
     }
 
+    /// The next non-empty batch (empty ones are rescans that found nothing).
     async fn next(rx: &mut mpsc::Receiver<Vec<Change>>) -> Vec<String> {
-        let batch = timeout(WAIT, rx.recv())
-            .await
-            .expect("a batch within 2 s")
-            .expect("watcher alive");
-        summary(&batch)
+        loop {
+            let batch = timeout(WAIT, rx.recv())
+                .await
+                .expect("a batch within 2 s")
+                .expect("watcher alive");
+            if !batch.is_empty() {
+                return summary(&batch);
+            }
+        }
     }
 
     fn write(root: &Path, rel: &str, text: &str) {
