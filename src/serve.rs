@@ -11,6 +11,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs};
@@ -24,6 +25,8 @@ use crate::source::manifests::ManifestSource;
 use crate::source::watch::spawn_watcher;
 use crate::vip_state;
 
+/// Longest wait for TCP queries in flight at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Name of the manifest directory source in metrics.
 const MANIFESTS: &str = "manifests";
 
@@ -125,16 +128,30 @@ pub struct Running {
     pub metrics_addr: Option<SocketAddr>,
     /// The index being served (`is_synced` tells when the first load is done).
     pub index: Arc<Index>,
+    shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl Running {
-    /// Waits until the server fails (it does not stop on its own).
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.task.await?
+    /// Waits until the server fails or is shut down.
+    pub async fn wait(&mut self) -> anyhow::Result<()> {
+        (&mut self.task).await?
     }
 
-    /// Stops serving.
+    /// Stops accepting queries, lets TCP queries being answered finish, and
+    /// waits at most `grace` for that.
+    pub async fn shutdown(mut self, grace: Duration) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match tokio::time::timeout(grace, self.wait()).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.task.abort();
+                anyhow::bail!("did not stop within {}s", grace.as_secs())
+            }
+        }
+    }
+
+    /// Stops serving at once.
     pub fn abort(&self) {
         self.task.abort();
     }
@@ -178,14 +195,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         metrics,
     };
     let reconcile = follow_manifests(args.clusterset, outputs);
+    let shutdown = dns.shutdown_token();
     let task = tokio::spawn(async move {
-        tokio::try_join!(dns.run(), reconcile, operations)?;
-        Ok(())
+        // DNS ends only on shutdown; the others end only on errors.
+        tokio::select! {
+            stopped = dns.run() => stopped,
+            failed = async { tokio::try_join!(reconcile, operations).map(|_| ()) } => failed,
+        }
     });
     Ok(Running {
         dns_addr,
         metrics_addr,
         index,
+        shutdown,
         task,
     })
 }
@@ -234,9 +256,19 @@ async fn follow_manifests(clusterset: ClustersetArgs, outputs: Outputs) -> anyho
     Ok(())
 }
 
-/// Serves DNS for the clusterset in the manifest directory until the process ends.
+/// Serves DNS for the clusterset in the manifest directory until SIGTERM or
+/// SIGINT, then shuts down gracefully.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    start(args).await?.wait().await
+    let mut running = start(args).await?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = running.wait() => return result,
+        _ = terminate.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    running.shutdown(SHUTDOWN_GRACE).await?;
+    info!("stopped");
+    Ok(())
 }
 
 /// A SOA serial that grows across restarts: seconds since the epoch.

@@ -4,9 +4,10 @@
 mod answer;
 mod response;
 mod server;
+mod tcp;
 mod udp;
 
 pub use answer::{Answer, answer};
-pub use response::{MAX_UDP_PAYLOAD, Response};
+pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
 pub use server::DnsServer;
 pub use udp::respond as respond_udp;

@@ -11,6 +11,15 @@ use hickory_server::zone_handler::{
     MessageRequest, MessageResponse, MessageResponseBuilder, Queries,
 };
 
+use std::net::SocketAddr;
+
+use hickory_proto::op::{Header, MessageType};
+use hickory_proto::rr::RecordType;
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
+use hickory_server::net::xfer::Protocol;
+use hickory_server::server::Request;
+use tracing::debug;
+
 use super::answer::{Answer, answer};
 use crate::index::Index;
 
@@ -97,9 +106,77 @@ impl Response {
         Ok(bytes)
     }
 
+    /// What was answered, for metrics.
+    pub fn outcome(&self, request: &MessageRequest) -> Outcome {
+        let rtype = request.queries.queries().first().map(|q| q.query_type());
+        Outcome {
+            rtype,
+            rcode: self.answer.code,
+        }
+    }
+
     /// The full response without EDNS, to cache for the same name and type.
     pub fn cacheable(&self, queries: &Queries) -> Option<Arc<[u8]>> {
         self.answer.owner.as_ref()?;
         self.encode(queries, false, u16::MAX).ok().map(Arc::from)
     }
+}
+
+/// What was answered, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The query type (None: no question could be read).
+    pub rtype: Option<RecordType>,
+    /// The response code sent.
+    pub rcode: ResponseCode,
+}
+
+/// A request decoded with hickory and what to do with it.
+pub enum Handled {
+    /// A query and its response.
+    Answered(Box<Request>, Response),
+    /// The header read but the rest did not: this FORMERR response.
+    Malformed(Vec<u8>, Outcome),
+    /// Not a query, or not even a header: no response.
+    Ignored,
+}
+
+/// Decodes `packet` and answers it (the path for every TCP query and for UDP
+/// queries the cache cannot serve). The transport is only recorded.
+pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr) -> Handled {
+    let request = match Request::from_bytes(packet.to_vec(), peer, Protocol::Udp) {
+        Ok(request) => request,
+        Err(error) => return formerr(packet, &error),
+    };
+    if request.metadata.message_type != MessageType::Query {
+        return Handled::Ignored;
+    }
+    let response = Response::new(index, &request);
+    Handled::Answered(Box::new(request), response)
+}
+
+/// FORMERR for a packet whose header reads but whose body does not.
+fn formerr(packet: &[u8], error: &dyn std::fmt::Display) -> Handled {
+    let Ok(header) = Header::read(&mut BinDecoder::new(packet)) else {
+        return Handled::Ignored;
+    };
+    if header.metadata.message_type != MessageType::Query {
+        return Handled::Ignored;
+    }
+    debug!(%error, id = header.metadata.id, "malformed query");
+    let mut metadata = Metadata::response_from_request(&header.metadata);
+    metadata.response_code = ResponseCode::FormErr;
+    let header = Header {
+        metadata,
+        counts: Default::default(),
+    };
+    let mut bytes = Vec::with_capacity(12);
+    if header.emit(&mut BinEncoder::new(&mut bytes)).is_err() {
+        return Handled::Ignored;
+    }
+    let outcome = Outcome {
+        rtype: None,
+        rcode: ResponseCode::FormErr,
+    };
+    Handled::Malformed(bytes, outcome)
 }

@@ -1,74 +1,34 @@
-//! UDP and TCP listeners on one port: UDP on our own worker threads
-//! (see `udp`), TCP through hickory-server.
+//! UDP and TCP listeners on one port: UDP on our own worker threads (see
+//! `udp`), TCP on tokio tasks (see `tcp`).
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use hickory_proto::op::{Header, HeaderCounts};
-use hickory_server::Server;
-use hickory_server::net::runtime::Time;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
-use tracing::debug;
+use tokio_util::sync::CancellationToken;
 
-use super::response::Response;
+use super::tcp;
 use super::udp::UdpWorkers;
 use crate::index::Index;
-use crate::metrics::{DnsRecorder, Metrics};
+use crate::metrics::Metrics;
 
 /// UDP socket buffer size asked for.
 const SOCKET_BUFFER: usize = 4 << 20;
-/// Idle time after which a TCP connection is closed.
-const TCP_IDLE: Duration = Duration::from_secs(10);
-
-/// Answers TCP queries from the index.
-struct TcpHandler {
-    index: Arc<Index>,
-    recorder: Mutex<DnsRecorder>,
-}
-
-#[async_trait::async_trait]
-impl RequestHandler for TcpHandler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        mut response: R,
-    ) -> ResponseInfo {
-        let started = Instant::now();
-        let built = Response::new(&self.index, request);
-        {
-            let mut recorder = self.recorder.lock().unwrap_or_else(|e| e.into_inner());
-            let rtype = request.queries.queries().first().map(|q| q.query_type());
-            recorder.record(rtype, built.answer().code, started.elapsed());
-            recorder.flush();
-        }
-        let message = built.message(&request.queries, true);
-        let header = Header {
-            metadata: *message.metadata(),
-            counts: HeaderCounts::default(),
-        };
-        response
-            .send_response(message)
-            .await
-            .unwrap_or_else(|error| {
-                debug!(%error, "failed to send a TCP response");
-                header.into()
-            })
-    }
-}
 
 /// A running DNS server: UDP workers and the TCP listener.
 pub struct DnsServer {
-    tcp: Server<TcpHandler>,
-    _udp: UdpWorkers,
+    udp: UdpWorkers,
+    tcp: TcpListener,
+    index: Arc<Index>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
     local: SocketAddr,
 }
 
 impl DnsServer {
     /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
-    /// `listen` (port 0: one ephemeral port for all) and starts answering.
+    /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
     pub async fn bind(
         listen: SocketAddr,
         udp_workers: usize,
@@ -77,14 +37,12 @@ impl DnsServer {
     ) -> std::io::Result<Self> {
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
-        let mut server = Server::new(TcpHandler {
-            index: index.clone(),
-            recorder: Mutex::new(metrics.dns.recorder("tcp")),
-        });
-        server.register_listener(TcpListener::from_std(tcp)?, TCP_IDLE, 65535);
         Ok(Self {
-            tcp: server,
-            _udp: UdpWorkers::start(udp, index, metrics)?,
+            udp: UdpWorkers::start(udp, index.clone(), metrics.clone())?,
+            tcp: TcpListener::from_std(tcp)?,
+            index,
+            metrics,
+            shutdown: CancellationToken::new(),
             local,
         })
     }
@@ -94,9 +52,17 @@ impl DnsServer {
         self.local
     }
 
-    /// Serves until the TCP listener fails; dropping the future stops everything.
-    pub async fn run(mut self) -> anyhow::Result<()> {
-        self.tcp.block_until_done().await?;
+    /// Cancelling this token stops the server: no new connections or
+    /// datagrams, TCP queries being answered are finished.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serves TCP (UDP runs on its own threads) until shut down.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let recorder = self.metrics.dns.recorder("tcp");
+        tcp::serve(self.tcp, self.index, recorder, self.shutdown).await;
+        drop(self.udp);
         Ok(())
     }
 }

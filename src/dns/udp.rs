@@ -11,16 +11,14 @@ use std::sync::{Arc, LazyLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Edns, Header, MessageType, Metadata, OpCode, Query, ResponseCode};
+use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{LowerName, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
-use hickory_server::net::xfer::Protocol;
-use hickory_server::server::Request;
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
 use tracing::{debug, warn};
 
-use super::response::{MAX_UDP_PAYLOAD, Response};
+use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, handle};
 use crate::index::Index;
 use crate::metrics::{DnsRecorder, Metrics};
 
@@ -170,15 +168,6 @@ fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
         .map(|v6| SocketAddr::V6((*v6).into()))
 }
 
-/// What was answered, for metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// The query type (None: no question could be read).
-    pub rtype: Option<RecordType>,
-    /// The response code sent.
-    pub rcode: ResponseCode,
-}
-
 /// Writes the response to one datagram into `out`; None when none is due
 /// (not a query, or too short to have a header).
 pub fn respond(
@@ -200,22 +189,16 @@ pub fn respond(
     slow(index, packet, peer, out)
 }
 
-/// Decodes the whole request with hickory and builds the response.
+/// Builds the response with hickory, caching it when the name exists.
 fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Option<Outcome> {
-    let request = match Request::from_bytes(packet.to_vec(), peer, Protocol::Udp) {
-        Ok(request) => request,
-        Err(error) => {
-            formerr(packet, out, &error)?;
-            return Some(Outcome {
-                rtype: None,
-                rcode: ResponseCode::FormErr,
-            });
+    let (request, response) = match handle(index, packet, peer) {
+        Handled::Answered(request, response) => (request, response),
+        Handled::Malformed(bytes, outcome) => {
+            out.extend_from_slice(&bytes);
+            return Some(outcome);
         }
+        Handled::Ignored => return None,
     };
-    if request.metadata.message_type != MessageType::Query {
-        return None;
-    }
-    let response = Response::new(index, &request);
     if let Some(owner) = &response.answer().owner
         && let [query] = request.queries.queries()
         && CACHED_TYPES.contains(&query.query_type())
@@ -226,33 +209,13 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
     match response.encode(&request.queries, true, response.udp_limit()) {
         Ok(bytes) => {
             out.extend_from_slice(&bytes);
-            let rtype = request.queries.queries().first().map(|q| q.query_type());
-            Some(Outcome {
-                rtype,
-                rcode: response.answer().code,
-            })
+            Some(response.outcome(&request))
         }
         Err(error) => {
             warn!(%error, %peer, "cannot encode a response");
             None
         }
     }
-}
-
-/// FORMERR for a packet whose header reads but whose body does not.
-fn formerr(packet: &[u8], out: &mut Vec<u8>, error: &dyn std::fmt::Display) -> Option<()> {
-    let header = Header::read(&mut BinDecoder::new(packet)).ok()?;
-    if header.metadata.message_type != MessageType::Query {
-        return None;
-    }
-    debug!(%error, id = header.metadata.id, "malformed query");
-    let mut metadata = Metadata::response_from_request(&header.metadata);
-    metadata.response_code = ResponseCode::FormErr;
-    let header = Header {
-        metadata,
-        counts: Default::default(),
-    };
-    header.emit(&mut BinEncoder::new(out)).ok()
 }
 
 /// A plain query: one question, no answer or authority records, at most an

@@ -1,0 +1,97 @@
+//! DNS over TCP: two-byte length-prefixed messages (RFC 1035 §4.2.2, framed
+//! by tokio-util's codec), one task per connection. On shutdown it stops
+//! accepting, and each connection finishes the query it is answering.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::response::{Handled, handle};
+use crate::index::Index;
+use crate::metrics::DnsRecorder;
+
+/// Idle time after which a connection is closed.
+const IDLE: Duration = Duration::from_secs(10);
+
+/// Accepts connections until `shutdown`, then waits for open connections to
+/// finish their current query.
+pub async fn serve(
+    listener: TcpListener,
+    index: Arc<Index>,
+    recorder: DnsRecorder,
+    shutdown: CancellationToken,
+) {
+    let recorder = Arc::new(Mutex::new(recorder));
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let task = connection(stream, peer, index.clone(), recorder.clone(), shutdown.clone());
+                    connections.spawn(task);
+                }
+                Err(error) => {
+                    warn!(%error, "TCP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        }
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    index: Arc<Index>,
+    recorder: Arc<Mutex<DnsRecorder>>,
+    shutdown: CancellationToken,
+) {
+    let mut framed = Framed::new(
+        stream,
+        LengthDelimitedCodec::builder()
+            .length_field_length(2)
+            .new_codec(),
+    );
+    loop {
+        let frame = tokio::select! {
+            frame = tokio::time::timeout(IDLE, framed.next()) => frame,
+            () = shutdown.cancelled() => return,
+        };
+        let request = match frame {
+            Ok(Some(Ok(request))) => request,
+            Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
+            Ok(None) | Err(_) => return,
+        };
+        let started = Instant::now();
+        let (bytes, outcome) = match handle(&index, &request, peer) {
+            Handled::Answered(request, response) => {
+                match response.encode(&request.queries, true, u16::MAX) {
+                    Ok(bytes) => (bytes, response.outcome(&request)),
+                    Err(error) => return warn!(%error, %peer, "cannot encode a TCP response"),
+                }
+            }
+            Handled::Malformed(bytes, outcome) => (bytes, outcome),
+            Handled::Ignored => continue,
+        };
+        {
+            let mut recorder = recorder.lock().unwrap_or_else(|e| e.into_inner());
+            recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+            recorder.flush();
+        }
+        if let Err(error) = framed.send(Bytes::from(bytes)).await {
+            return debug!(%error, %peer, "TCP write failed");
+        }
+    }
+}
