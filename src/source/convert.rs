@@ -194,22 +194,22 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
 /// Converts a ServiceExport (either served version deserializes into this type).
 ///
 /// `observed` is when and in which order the source first saw the export;
-/// `metadata.creationTimestamp`, when present, replaces `observed.created`.
+/// `metadata.creationTimestamp`, when present, replaces it entirely, so that
+/// exports created in the same second fall back to cluster id order.
 pub fn service_export(
     export: &crd::v1alpha1::ServiceExport,
     observed: ExportAge,
 ) -> Result<(ServiceKey, Object), ConvertError> {
     let (namespace, name) = identity("ServiceExport", &export.metadata)?;
-    let created = export
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(observed.created, |t| t.0.as_second());
-    let info = ExportInfo {
-        age: ExportAge {
-            created,
-            seq: observed.seq,
+    let age = match &export.metadata.creation_timestamp {
+        Some(t) => ExportAge {
+            created: t.0.as_second(),
+            seq: 0,
         },
+        None => observed,
+    };
+    let info = ExportInfo {
+        age,
         labels: export.spec.exported_labels.clone(),
         annotations: export.spec.exported_annotations.clone(),
     };
@@ -433,7 +433,7 @@ mod tests {
             info.age,
             ExportAge {
                 created: 1_704_164_645,
-                seq: 7
+                seq: 0
             }
         );
         assert_eq!(info.labels.get("tier").map(String::as_str), Some("front"));

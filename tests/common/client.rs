@@ -29,7 +29,10 @@ pub fn question(name: &str, rtype: RecordType) -> Message {
     let mut message = Message::query();
     message.metadata.id = random_id();
     message.metadata.recursion_desired = true;
-    message.add_query(Query::query(Name::from_ascii(name).expect("a valid name"), rtype));
+    message.add_query(Query::query(
+        Name::from_ascii(name).expect("a valid name"),
+        rtype,
+    ));
     message
 }
 
@@ -46,30 +49,49 @@ pub async fn udp_raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Option<V
     let socket = UdpSocket::bind("127.0.0.1:0").await.expect("client socket");
     socket.send_to(bytes, addr).await.expect("query sent");
     let mut buf = vec![0u8; 65535];
-    let (len, _) = timeout(wait, socket.recv_from(&mut buf)).await.ok()?.expect("reply read");
+    let (len, _) = timeout(wait, socket.recv_from(&mut buf))
+        .await
+        .ok()?
+        .expect("reply read");
     buf.truncate(len);
     Some(buf)
 }
 
 /// Sends raw bytes over TCP (with the 2-byte length prefix) and reads one reply.
 pub async fn tcp_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    tcp_raw_many(addr, &[bytes]).await.remove(0)
+}
+
+/// Sends several messages on one TCP connection, then reads one reply per message.
+pub async fn tcp_raw_many(addr: SocketAddr, messages: &[&[u8]]) -> Vec<Vec<u8>> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await?;
-        let len = u16::try_from(bytes.len()).expect("a small query");
-        stream.write_all(&len.to_be_bytes()).await?;
-        stream.write_all(bytes).await?;
-        let len = stream.read_u16().await?;
-        let mut reply = vec![0u8; usize::from(len)];
-        stream.read_exact(&mut reply).await?;
-        std::io::Result::Ok(reply)
+        for bytes in messages {
+            let len = u16::try_from(bytes.len()).expect("a small query");
+            stream.write_all(&len.to_be_bytes()).await?;
+            stream.write_all(bytes).await?;
+        }
+        let mut replies = Vec::new();
+        for _ in messages {
+            let len = stream.read_u16().await?;
+            let mut reply = vec![0u8; usize::from(len)];
+            stream.read_exact(&mut reply).await?;
+            replies.push(reply);
+        }
+        std::io::Result::Ok(replies)
     };
-    timeout(REPLY_TIMEOUT, exchange).await.expect("TCP reply in time").expect("TCP exchange")
+    timeout(REPLY_TIMEOUT, exchange)
+        .await
+        .expect("TCP replies in time")
+        .expect("TCP exchange")
 }
 
 /// Sends `message` over UDP and returns the checked response.
 pub async fn exchange_udp(addr: SocketAddr, message: &Message) -> (Message, usize) {
     let bytes = message.to_vec().expect("query encodes");
-    let reply = udp_raw(addr, &bytes, REPLY_TIMEOUT).await.expect("a UDP reply in time");
+    let reply = udp_raw(addr, &bytes, REPLY_TIMEOUT)
+        .await
+        .expect("a UDP reply in time");
     (checked(message, &reply), reply.len())
 }
 
@@ -88,9 +110,17 @@ fn checked(query: &Message, reply: &[u8]) -> Message {
     assert_eq!(meta.id, query.metadata.id, "id echoed");
     assert_eq!(meta.message_type, MessageType::Response);
     assert!(!meta.recursion_available, "RA is never set: {response:?}");
+    assert_eq!(
+        meta.recursion_desired, query.metadata.recursion_desired,
+        "RD copied"
+    );
     if meta.response_code != ResponseCode::FormErr && meta.op_code == OpCode::Query {
         let asked: Vec<String> = query.queries.iter().map(|q| q.name().to_ascii()).collect();
-        let echoed: Vec<String> = response.queries.iter().map(|q| q.name().to_ascii()).collect();
+        let echoed: Vec<String> = response
+            .queries
+            .iter()
+            .map(|q| q.name().to_ascii())
+            .collect();
         assert_eq!(echoed, asked, "question echoed as asked");
     }
     response
@@ -121,7 +151,12 @@ pub enum Outcome {
 
 /// `Outcome::Ips` of these addresses.
 pub fn ips<const N: usize>(addresses: [&str; N]) -> Outcome {
-    Outcome::Ips(addresses.iter().map(|a| a.parse().expect("an IP")).collect())
+    Outcome::Ips(
+        addresses
+            .iter()
+            .map(|a| a.parse().expect("an IP"))
+            .collect(),
+    )
 }
 
 /// Classifies a response, checking AA on in-zone answers and the SOA on negative ones.
@@ -133,12 +168,25 @@ pub fn outcome(response: &Message) -> Outcome {
         ResponseCode::NoError => None,
         other => return Outcome::Code(other),
     };
-    assert!(response.metadata.authoritative, "AA on in-zone answers: {response:?}");
+    assert!(
+        response.metadata.authoritative,
+        "AA on in-zone answers: {response:?}"
+    );
     if let Some(negative) = negative {
-        assert_eq!(soa_count(response), 1, "the zone SOA in the authority section: {response:?}");
+        assert_eq!(
+            soa_count(response),
+            1,
+            "the zone SOA in the authority section: {response:?}"
+        );
         return negative;
     }
-    Outcome::Ips(response.answers.iter().filter_map(|r| r.data.ip_addr()).collect())
+    Outcome::Ips(
+        response
+            .answers
+            .iter()
+            .filter_map(|r| r.data.ip_addr())
+            .collect(),
+    )
 }
 
 /// Queries over UDP and classifies the answer.
@@ -148,11 +196,18 @@ pub async fn resolve(addr: SocketAddr, name: &str, rtype: RecordType) -> Outcome
 
 /// A and AAAA together: `(A outcome, AAAA outcome)`.
 pub async fn resolve_both(addr: SocketAddr, name: &str) -> (Outcome, Outcome) {
-    (resolve(addr, name, RecordType::A).await, resolve(addr, name, RecordType::AAAA).await)
+    (
+        resolve(addr, name, RecordType::A).await,
+        resolve(addr, name, RecordType::AAAA).await,
+    )
 }
 
 fn soa_count(response: &Message) -> usize {
-    response.authorities.iter().filter(|r| r.record_type() == RecordType::SOA).count()
+    response
+        .authorities
+        .iter()
+        .filter(|r| r.record_type() == RecordType::SOA)
+        .count()
 }
 
 /// SRV answers as `(target, port)`, targets lower-cased with the final dot.
@@ -171,13 +226,32 @@ pub fn srv_targets(response: &Message) -> BTreeSet<(String, u16)> {
 /// and the number of records (to see duplicates).
 pub async fn srv(addr: SocketAddr, name: &str) -> (BTreeSet<(String, u16)>, usize) {
     let response = query(addr, name, RecordType::SRV).await;
-    assert_eq!(response.metadata.response_code, ResponseCode::NoError, "{name}: {response:?}");
+    assert_eq!(
+        response.metadata.response_code,
+        ResponseCode::NoError,
+        "{name}: {response:?}"
+    );
     (srv_targets(&response), response.answers.len())
 }
 
 /// The set of `(target, port)` pairs given as string literals.
 pub fn pairs<const N: usize>(pairs: [(&str, u16); N]) -> BTreeSet<(String, u16)> {
     pairs.iter().map(|(t, p)| ((*t).to_owned(), *p)).collect()
+}
+
+/// Whether an address lies in the default IPv4 VIP pool, 243.0.0.0/8.
+pub fn in_v4_pool(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V4(v4) if v4.octets()[0] == 243)
+}
+
+/// Whether an address lies in the default IPv6 VIP pool, fd00:c5e7::/48.
+pub fn in_v6_pool(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if v6.segments()[..3] == [0xfd00, 0xc5e7, 0])
+}
+
+/// Whether an answer is one IPv4 VIP of the default pool.
+pub fn is_vip(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Ips(ips) if ips.len() == 1 && ips.iter().all(in_v4_pool))
 }
 
 /// The addresses of an `Outcome::Ips`, or a panic naming what came instead.

@@ -49,6 +49,11 @@ impl Doc {
         self.set("apiVersion", json!("multicluster.x-k8s.io/v1beta1"))
     }
 
+    /// This Service preceded by its ServiceExport.
+    pub fn exported(self) -> Vec<Doc> {
+        vec![self.export(), self]
+    }
+
     /// The ServiceExport of this Service (same namespace and name).
     pub fn export(&self) -> Doc {
         let meta = &self.0["metadata"];
@@ -77,13 +82,17 @@ pub fn cluster_ip(ns: &str, name: &str, ips: &[&str]) -> Doc {
         "clusterIPs": ips,
         "ipFamilies": families,
     });
-    Doc(meta(("v1", "Service"), ns, name)).set("spec", spec).ports(&[("http", 80, "TCP")])
+    Doc(meta(("v1", "Service"), ns, name))
+        .set("spec", spec)
+        .ports(&[("http", 80, "TCP")])
 }
 
 /// A headless Service of `families` with port `http:80/TCP`.
 pub fn headless(ns: &str, name: &str, families: &[&str]) -> Doc {
     let spec = json!({"clusterIP": "None", "ipFamilies": families});
-    Doc(meta(("v1", "Service"), ns, name)).set("spec", spec).ports(&[("http", 80, "TCP")])
+    Doc(meta(("v1", "Service"), ns, name))
+        .set("spec", spec)
+        .ports(&[("http", 80, "TCP")])
 }
 
 /// An ExternalName Service.
@@ -94,7 +103,11 @@ pub fn external_name(ns: &str, name: &str, target: &str) -> Doc {
 
 /// A `v1alpha1` ServiceExport without creationTimestamp.
 pub fn export(ns: &str, name: &str) -> Doc {
-    Doc(meta(("multicluster.x-k8s.io/v1alpha1", "ServiceExport"), ns, name))
+    Doc(meta(
+        ("multicluster.x-k8s.io/v1alpha1", "ServiceExport"),
+        ns,
+        name,
+    ))
 }
 
 /// A Namespace.
@@ -126,7 +139,10 @@ impl Ep {
 
     /// No `conditions` at all (counts as ready).
     pub fn no_conditions(mut self) -> Self {
-        self.0.as_object_mut().expect("an object").remove("conditions");
+        self.0
+            .as_object_mut()
+            .expect("an object")
+            .remove("conditions");
         self
     }
 }
@@ -140,7 +156,10 @@ pub fn slice(ns: &str, name: &str, service: &str, endpoints: &[Ep]) -> Doc {
         .map_or("IPv4", family_of);
     let endpoints: Vec<Value> = endpoints.iter().map(|e| e.0.clone()).collect();
     Doc(meta(("discovery.k8s.io/v1", "EndpointSlice"), ns, name))
-        .set("metadata.labels", json!({"kubernetes.io/service-name": service}))
+        .set(
+            "metadata.labels",
+            json!({"kubernetes.io/service-name": service}),
+        )
         .set("addressType", json!(family))
         .set("endpoints", Value::Array(endpoints))
 }

@@ -1,0 +1,129 @@
+//! The binary's command line, on the demo clusterset (`config/demo`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use hickory_proto::rr::RecordType::A;
+use tempfile::TempDir;
+
+/// A state file in a fresh temporary folder, so the demo folder stays clean.
+fn scratch_state() -> (TempDir, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("vips.json").display().to_string();
+    (dir, file)
+}
+
+/// Runs `status` on the demo and returns stdout; it must succeed.
+fn demo_status(extra: &[&str]) -> String {
+    let (_dir, state) = scratch_state();
+    let mut args = vec![
+        "status",
+        "--manifests",
+        "config/demo",
+        "--state-file",
+        &state,
+    ];
+    args.extend_from_slice(extra);
+    let output = run_binary(&args);
+    assert!(
+        output.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !Path::new(&state).exists(),
+        "status never writes the state file"
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+/// The whitespace-separated cells of the lines of `text`.
+fn rows(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
+fn has_row(rows: &[Vec<&str>], prefix: &[&str]) -> bool {
+    rows.iter().any(|r| r.starts_with(prefix))
+}
+
+#[test]
+fn status_prints_the_demo_imports_and_exports() {
+    let text = demo_status(&[]);
+    let rows = rows(&text);
+    for prefix in [
+        &["shop", "web", "ClusterSetIP"][..],
+        &["shop", "api", "ClusterSetIP", "IPv4,IPv6"],
+        &["shop", "db", "Headless"],
+        &["shop", "cart", "ClusterSetIP"],
+        &["shop", "legacy", "east", "False", "(InvalidServiceType)"],
+        &[
+            "shop",
+            "cart",
+            "west",
+            "True",
+            "True",
+            "True",
+            "(PortConflict)",
+        ],
+    ] {
+        assert!(
+            has_row(&rows, prefix),
+            "no row starting {prefix:?} in\n{text}"
+        );
+    }
+    assert!(
+        !has_row(&rows, &["shop", "legacy", "ClusterSetIP"]),
+        "legacy is not imported:\n{text}"
+    );
+}
+
+#[test]
+fn status_json_of_the_demo() {
+    let status: serde_json::Value =
+        serde_json::from_str(&demo_status(&["-o", "json"])).expect("JSON");
+    let web = the_import(&status, "shop", "web");
+    assert_eq!(
+        web["ipFamilies"],
+        serde_json::json!(["IPv4"]),
+        "west is IPv4 only"
+    );
+    assert_eq!(import_clusters(web), ["east", "west"]);
+    assert!(import(&status, "shop", "legacy").is_none());
+    assert_eq!(the_import(&status, "shop", "db")["type"], "Headless");
+    assert!(problems(&status).is_empty(), "{status:#}");
+}
+
+#[test]
+fn a_missing_manifest_directory_is_an_error() {
+    let missing = "/nonexistent/clusterset";
+    let serve = ["serve", "--manifests", missing, "--listen", "127.0.0.1:0"];
+    let status = ["status", "--manifests", missing];
+    for args in [&serve[..], &status[..]] {
+        let output = run_binary(args);
+        assert!(!output.status.success(), "{args:?} must fail");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(missing), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_for_the_demo() {
+    let (_dir, state) = scratch_state();
+    let demo: PathBuf = [CRATE_ROOT, "config", "demo"].iter().collect();
+    let binary = spawn_binary(&demo, &["--state-file", &state]).await;
+    let web = resolve(binary.addr, &svc("web.shop"), A).await;
+    assert!(is_vip(&web), "one 243.x address: {web:?}");
+    let db = resolve(binary.addr, &svc("db.shop"), A).await;
+    assert_eq!(
+        db,
+        ips(["10.1.1.10", "10.1.1.11", "10.2.1.10", "10.2.1.11"])
+    );
+    assert_eq!(
+        resolve(binary.addr, &svc("legacy.shop"), A).await,
+        Outcome::NxDomain
+    );
+}
