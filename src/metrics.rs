@@ -15,20 +15,11 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder, exponential_buckets,
 };
 
+use crate::dns::COMMON_TYPES;
 use crate::engine::Engine;
 use crate::engine::conditions::ConflictReason;
 use crate::model::IpFamily;
 
-/// Query types counted by name; the rest count as `other`.
-const QTYPES: [RecordType; 7] = [
-    RecordType::A,
-    RecordType::AAAA,
-    RecordType::SRV,
-    RecordType::TXT,
-    RecordType::SOA,
-    RecordType::NS,
-    RecordType::ANY,
-];
 /// Response codes counted by name (as `dig` spells them); the rest count as `other`.
 const RCODES: [(ResponseCode, &str); 7] = [
     (ResponseCode::NoError, "NOERROR"),
@@ -292,7 +283,7 @@ fn register<T: Collector + Clone + 'static>(
 impl DnsMetrics {
     /// Counters for one thread answering `proto` (`udp`, `tcp`).
     pub fn recorder(&self, proto: &str) -> DnsRecorder {
-        let requests = label_values(&QTYPES)
+        let requests = label_values(&COMMON_TYPES)
             .map(|t| {
                 self.requests
                     .with_label_values(&[proto, t.as_str()])
@@ -326,8 +317,8 @@ impl DnsRecorder {
     /// Counts one request (`rtype` None: no question could be read).
     pub fn record(&mut self, rtype: Option<RecordType>, rcode: ResponseCode, took: Duration) {
         let t = rtype
-            .and_then(|t| QTYPES.iter().position(|q| *q == t))
-            .unwrap_or(QTYPES.len());
+            .and_then(|t| COMMON_TYPES.iter().position(|q| *q == t))
+            .unwrap_or(COMMON_TYPES.len());
         let c = RCODES
             .iter()
             .position(|(r, _)| *r == rcode)

@@ -11,3 +11,17 @@ pub use answer::{Answer, answer};
 pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
 pub use server::DnsServer;
 pub use udp::respond as respond_udp;
+
+use hickory_proto::rr::RecordType;
+
+/// The query types clients use: their responses are cached, and metrics
+/// count them by name (the rest as `other`).
+pub const COMMON_TYPES: [RecordType; 7] = [
+    RecordType::A,
+    RecordType::AAAA,
+    RecordType::SRV,
+    RecordType::TXT,
+    RecordType::SOA,
+    RecordType::NS,
+    RecordType::ANY,
+];

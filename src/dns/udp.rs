@@ -18,20 +18,10 @@ use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
 use tracing::{debug, warn};
 
+use super::COMMON_TYPES;
 use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, handle};
 use crate::index::Index;
 use crate::metrics::{DnsRecorder, Metrics};
-
-/// Types whose responses are cached (others are rare and always built).
-const CACHED_TYPES: [RecordType; 7] = [
-    RecordType::A,
-    RecordType::AAAA,
-    RecordType::SRV,
-    RecordType::TXT,
-    RecordType::SOA,
-    RecordType::NS,
-    RecordType::ANY,
-];
 
 /// Datagrams received and answered per system call.
 const BATCH: usize = 32;
@@ -201,7 +191,7 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
     };
     if let Some(owner) = &response.answer().owner
         && let [query] = request.queries.queries()
-        && CACHED_TYPES.contains(&query.query_type())
+        && COMMON_TYPES.contains(&query.query_type())
         && let Some(bytes) = response.cacheable(&request.queries)
     {
         index.store(owner, query.name(), query.query_type(), bytes);
