@@ -9,6 +9,6 @@ FROM debian:bookworm-slim
 COPY --from=build /src/target/release/clusterset-dns /usr/local/bin/clusterset-dns
 COPY config/demo /etc/clusterset-dns/demo
 USER 65532:65532
-EXPOSE 5300/udp 5300/tcp
+EXPOSE 5300/udp 5300/tcp 9153/tcp
 ENTRYPOINT ["/usr/local/bin/clusterset-dns"]
 CMD ["serve", "--manifests", "/etc/clusterset-dns/demo", "--listen", "0.0.0.0:5300", "--state-file", "/tmp/vips.json"]

@@ -1,9 +1,13 @@
-//! Command-line interface: `serve` (the default) and `status`.
+//! Command-line interface: `serve` (the default), `status`, `check` and `crds`.
+//!
+//! Every flag of `serve`, `status` and `check` can also come from a YAML file
+//! (`--config FILE`, see [`crate::config_file`]); parse with
+//! [`crate::config_file::parse`] to honour it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use hickory_proto::rr::Name;
 use ipnet::{Ipv4Net, Ipv6Net};
 
@@ -12,12 +16,31 @@ use crate::engine::vip::VipPools;
 use crate::model::IpFamily;
 
 /// Multi-Cluster Services reconciler and authoritative DNS for clusterset.local.
+///
+/// A flag given twice keeps its last value, so that the command line
+/// overrides the `--config` file.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, args_override_self = true)]
 pub struct Cli {
     /// What to do (default: serve the demo clusterset).
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// How much to log: error, warn, info, debug, trace, or tracing
+    /// directives such as `info,clusterset_dns=debug`. On the command line it
+    /// beats `RUST_LOG`, which beats the config file [default: info]
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = parse_log_level,
+          help_heading = "Logging")]
+    pub log_level: Option<String>,
+    /// Format of the log lines on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        value_name = "FORMAT",
+        help_heading = "Logging"
+    )]
+    pub log_format: LogFormat,
 }
 
 /// Subcommands.
@@ -27,6 +50,22 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the imports and export conditions, like `kubectl get` would, and exit.
     Status(StatusArgs),
+    /// Validate a configuration (flags, `--config` file, manifest directory,
+    /// VIP state file) without serving: exit 0 when `serve` would start
+    /// cleanly, non-zero with the problems otherwise.
+    Check(ServeArgs),
+    /// Print the ServiceExport and ServiceImport CustomResourceDefinitions
+    /// (generated from the Rust types) as multi-document YAML.
+    Crds,
+}
+
+/// Format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `message` and the fields).
+    Json,
 }
 
 /// Where the clusterset comes from and how it is reconciled (shared by all commands).
@@ -37,7 +76,8 @@ pub struct ClustersetArgs {
     #[arg(long, default_value = "config/demo", value_name = "DIR")]
     pub manifests: PathBuf,
     /// IP families the local cluster supports; imports keep only these.
-    #[arg(long, value_delimiter = ',', default_value = "IPv4,IPv6", value_parser = parse_family)]
+    #[arg(long, action = ArgAction::Set, value_delimiter = ',', default_value = "IPv4,IPv6",
+          value_name = "LIST", value_parser = parse_family)]
     pub ip_families: Vec<IpFamily>,
     /// Pool of IPv4 clusterset VIPs.
     #[arg(long, default_value = "243.0.0.0/8", value_name = "CIDR")]
@@ -74,6 +114,10 @@ impl ClustersetArgs {
 /// `serve` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// YAML file setting any of these flags under its long name
+    /// (`listen: 0.0.0.0:5300`); flags on the command line win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Where the clusterset comes from.
     #[command(flatten)]
     pub clusterset: ClustersetArgs,
@@ -88,17 +132,19 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 90, value_name = "SECONDS")]
     pub max_sync_age: u64,
     /// UDP worker threads, each with its own socket (`SO_REUSEPORT`).
-    #[arg(long, default_value_t = default_workers())]
+    #[arg(long, default_value_t = default_workers(), value_name = "N")]
     pub udp_workers: usize,
     /// The zone served.
-    #[arg(long, default_value = "clusterset.local", value_parser = parse_zone)]
+    #[arg(long, default_value = "clusterset.local", value_name = "NAME", value_parser = parse_zone)]
     pub zone: Name,
     /// TTL of answers, and of negative answers (SOA minimum).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
     pub ttl: u32,
     /// Answer `<cluster>.<svc>.<ns>.svc.<zone>` with that cluster's addresses
-    /// (reserved by the MCS DNS spec: NXDOMAIN when off).
-    #[arg(long)]
+    /// (reserved by the MCS DNS spec: NXDOMAIN when off). `--cluster-targeting`
+    /// alone means `=true`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = false, default_missing_value = "true", value_name = "BOOL")]
     pub cluster_targeting: bool,
 }
 
@@ -114,6 +160,11 @@ pub enum Format {
 /// `status` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
+    /// YAML file setting any of these flags under its long name
+    /// (`manifests: config/demo`); flags on the command line win. The keys of
+    /// `serve` are accepted too (validated, then ignored), so one file serves both.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Where the clusterset comes from.
     #[command(flatten)]
     pub clusterset: ClustersetArgs,
@@ -139,7 +190,17 @@ fn parse_family(s: &str) -> Result<IpFamily, String> {
     IpFamily::parse(s).ok_or_else(|| format!("unknown IP family {s:?}: expected IPv4 or IPv6"))
 }
 
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
 fn parse_zone(s: &str) -> Result<Name, String> {
+    if s.trim_matches('.').is_empty() {
+        return Err("the zone must not be empty or the root".into());
+    }
     let mut name = Name::from_ascii(s).map_err(|e| format!("invalid zone {s:?}: {e}"))?;
     name.set_fqdn(true);
     Ok(name.to_lowercase())

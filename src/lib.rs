@@ -4,6 +4,7 @@
 //! Data flows one way: [`source`] → [`engine`] → [`index`] → [`dns`].
 
 pub mod cli;
+pub mod config_file;
 pub mod crd;
 pub mod dns;
 pub mod engine;

@@ -1,25 +1,76 @@
-//! The `clusterset-dns` binary: parses the command line and runs a command.
+//! The `clusterset-dns` binary: parses the command line (and its `--config`
+//! file), sets up logging and runs a command.
 
-use clap::Parser;
-use clusterset_dns::cli::{Cli, Command, ServeArgs};
-use clusterset_dns::{serve, status};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clusterset_dns::cli::{Command, LogFormat, ServeArgs};
+use clusterset_dns::config_file::{self, Invocation};
+use clusterset_dns::{crd, serve, status};
 use tracing_subscriber::EnvFilter;
 
+/// Exit status of `check` when the configuration has problems, and of
+/// every command that fails (bad flags or config file: 2, from clap).
+const FAILURE: u8 = 1;
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,hickory_server=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
-        None => serve::serve(ServeArgs::default()).await,
-        Some(Command::Serve(args)) => serve::serve(args).await,
-        Some(Command::Status(args)) => {
-            print!("{}", status::render(&args)?);
-            Ok(())
+async fn main() -> ExitCode {
+    let invocation = config_file::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    init_logging(&invocation);
+    match run(invocation.cli.command).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(FAILURE)
         }
+    }
+}
+
+async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
+    match command {
+        None => serve::serve(ServeArgs::default()).await?,
+        Some(Command::Serve(args)) => serve::serve(args).await?,
+        Some(Command::Status(args)) => print!("{}", status::render(&args)?),
+        Some(Command::Check(args)) => {
+            let report = config_file::check(&args);
+            print!("{}", report.summary);
+            if !report.problems.is_empty() {
+                eprintln!("error: {} problem(s):", report.problems.len());
+                for problem in &report.problems {
+                    eprintln!("  {problem}");
+                }
+                return Ok(ExitCode::from(FAILURE));
+            }
+            println!("ok");
+        }
+        Some(Command::Crds) => print!("{}", crd::crds_yaml()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Logs to stderr at the level [`Invocation::log_directives`] decides, as
+/// text or JSON lines.
+fn init_logging(invocation: &Invocation) {
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let directives = invocation.log_directives(rust_log.as_deref());
+    let (filter, bad) = match EnvFilter::builder().parse(&directives) {
+        Ok(filter) => (filter, None),
+        // Only RUST_LOG can be invalid here: --log-level is validated by the parser.
+        Err(e) => (EnvFilter::new("info,hickory_server=warn"), Some(e)),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match invocation.cli.log_format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
+    if let Some(error) = bad {
+        tracing::warn!(%error, RUST_LOG = rust_log.as_deref().unwrap_or_default(), "invalid RUST_LOG ignored; logging at info");
     }
 }
