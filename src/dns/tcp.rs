@@ -65,7 +65,9 @@ async fn connection(
             .new_codec(),
     );
     loop {
+        // Queries already received are answered before a shutdown is noticed.
         let frame = tokio::select! {
+            biased;
             frame = tokio::time::timeout(IDLE, framed.next()) => frame,
             () = shutdown.cancelled() => return,
         };
