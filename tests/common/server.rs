@@ -122,6 +122,25 @@ pub struct Binary {
     child: Child,
 }
 
+impl Binary {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("child status") {
+                return Some(status);
+            }
+            std::thread::sleep(POLL);
+        }
+        None
+    }
+}
+
 impl Drop for Binary {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,272 @@
+//! The operations surface: /metrics moves with real queries and reconciles,
+//! /healthz and /readyz answer, and SIGTERM drains TCP queries in flight.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::RecordType;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `GET path` on the operations listener: (status code, body).
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .expect("the operations listener accepts");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response read");
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The value of one series (`name{labels}`) in a /metrics body; 0 when absent.
+fn value(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn scrape(addr: SocketAddr, series: &str) -> f64 {
+    value(&get(addr, "/metrics").await.1, series)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_queries_and_reconciles() {
+    let cs = Clusterset::new();
+    cs.write(
+        "east",
+        "web.yaml",
+        &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
+    );
+    let server = start(cs.dir(), &[]).await;
+    let ops = server
+        .running()
+        .metrics_addr
+        .expect("the operations listener is bound");
+
+    for _ in 0..3 {
+        let answer = query(server.addr, &svc("web.shop"), RecordType::A).await;
+        assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+    }
+    assert_eq!(
+        query_tcp(server.addr, &svc("nope.shop"), RecordType::AAAA)
+            .await
+            .metadata
+            .response_code,
+        ResponseCode::NXDomain
+    );
+    let body = get(ops, "/metrics").await.1;
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_dns_requests_total{proto="udp",type="A"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_dns_responses_total{proto="udp",rcode="NOERROR"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_dns_requests_total{proto="tcp",type="AAAA"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_dns_responses_total{proto="tcp",rcode="NXDOMAIN"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_dns_request_duration_seconds_count{proto="udp"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(&body, r#"clusterset_dns_imports{type="ClusterSetIP"}"#),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_vips_allocated{pool="243.0.0.0/8"}"#
+        ),
+        1.0
+    );
+    let reconciles = value(&body, "clusterset_dns_reconciles_total");
+    assert!(reconciles >= 1.0, "the first load is a reconcile");
+
+    // A second service exported with other ports in another cluster: a reconcile, a conflict.
+    let mut cart = cluster_ip("shop", "web", &["10.0.1.1"])
+        .ports(&[("grpc", 9090, "TCP")])
+        .exported();
+    cart.extend(cluster_ip("shop", "cart", &["10.0.1.2"]).exported());
+    cs.write("west", "more.yaml", &cart);
+    let series = r#"clusterset_dns_imports{type="ClusterSetIP"}"#;
+    eventually("two imports in /metrics", 2.0, || scrape(ops, series)).await;
+    let body = get(ops, "/metrics").await.1;
+    assert!(value(&body, "clusterset_dns_reconciles_total") > reconciles);
+    assert_eq!(
+        value(&body, r#"clusterset_dns_conflicts{reason="PortConflict"}"#),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"clusterset_dns_vips_allocated{pool="243.0.0.0/8"}"#
+        ),
+        2.0
+    );
+    assert!(
+        value(
+            &body,
+            r#"clusterset_dns_source_sync_age_seconds{source="manifests"}"#
+        ) < 30.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_and_readiness() {
+    let cs = Clusterset::new();
+    cs.write(
+        "east",
+        "web.yaml",
+        &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
+    );
+    let server = start(cs.dir(), &[]).await;
+    let ops = server.running().metrics_addr.expect("bound");
+    assert_eq!(get(ops, "/healthz").await, (200, "ok\n".to_owned()));
+    assert_eq!(get(ops, "/readyz").await, (200, "ready\n".to_owned()));
+    assert_eq!(get(ops, "/nope").await.0, 404);
+
+    // A source that has not synced for longer than the bound makes the server unready.
+    let strict = start(cs.dir(), &["--max-sync-age", "0"]).await;
+    let ops = strict.running().metrics_addr.expect("bound");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (code, body) = get(ops, "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("has not synced for 1s (limit 0s)"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_waits_for_the_first_sync() {
+    // Big enough that the first load takes a while.
+    let cs = Clusterset::new();
+    let docs: Vec<Doc> = (0..1500)
+        .flat_map(|i| {
+            cluster_ip(
+                "load",
+                &format!("s{i}"),
+                &[&format!("10.9.{}.{}", i / 250, i % 250 + 1)],
+            )
+            .exported()
+        })
+        .collect();
+    cs.write("east", "many.yaml", &docs);
+    let server = start_loading(cs.dir(), &[]).await;
+    let ops = server.running().metrics_addr.expect("bound");
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let code = get(ops, "/readyz").await.0;
+        if seen.last() != Some(&code) {
+            seen.push(code);
+        }
+        if code == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(seen.last(), Some(&200), "ready after the first sync");
+    // The listener is up before the load ends: unready first (unless the load won the race).
+    assert!(seen == [503, 200] || seen == [200], "{seen:?}");
+    assert!(server.running().index.is_synced());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_answers_queries_in_flight_then_exits_0() {
+    let cs = Clusterset::new();
+    cs.write(
+        "east",
+        "web.yaml",
+        &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
+    );
+    let mut binary = spawn_binary(cs.dir(), &[]).await;
+    let mut stream = TcpStream::connect(binary.addr).await.expect("TCP accepted");
+    let framed = |name: &str| {
+        let bytes = question(name, RecordType::A).to_vec().expect("encodes");
+        let mut out = u16::try_from(bytes.len())
+            .expect("small")
+            .to_be_bytes()
+            .to_vec();
+        out.extend(bytes);
+        out
+    };
+    // One round trip so the connection is surely accepted, then two queries and SIGTERM at once.
+    stream
+        .write_all(&framed(&svc("web.shop")))
+        .await
+        .expect("sent");
+    read_answer(&mut stream).await;
+    let mut both = framed(&svc("web.shop"));
+    both.extend(framed(&svc("nope.shop")));
+    stream.write_all(&both).await.expect("sent");
+    kill(Pid::from_raw(binary.pid() as i32), Signal::SIGTERM).expect("signal sent");
+    assert_eq!(
+        read_answer(&mut stream).await.metadata.response_code,
+        ResponseCode::NoError
+    );
+    assert_eq!(
+        read_answer(&mut stream).await.metadata.response_code,
+        ResponseCode::NXDomain
+    );
+    let status = binary
+        .wait_exit(Duration::from_secs(6))
+        .expect("exits within the 5 s grace");
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        TcpStream::connect(binary.addr).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+async fn read_answer(stream: &mut TcpStream) -> Message {
+    let len = tokio::time::timeout(Duration::from_secs(5), stream.read_u16())
+        .await
+        .expect("an answer in time")
+        .expect("length read");
+    let mut bytes = vec![0; usize::from(len)];
+    stream.read_exact(&mut bytes).await.expect("message read");
+    Message::from_vec(&bytes).expect("a DNS message")
+}
