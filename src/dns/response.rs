@@ -115,9 +115,15 @@ impl Response {
         }
     }
 
-    /// The full response without EDNS, to cache for the same name and type.
+    /// The full response without EDNS, to cache for the same question: an
+    /// authoritative answer (records, NODATA or NXDOMAIN), nothing else.
     pub fn cacheable(&self, queries: &Queries) -> Option<Arc<[u8]>> {
-        self.answer.owner.as_ref()?;
+        let code = self.answer.code;
+        let authoritative = self.answer.authoritative
+            && matches!(code, ResponseCode::NoError | ResponseCode::NXDomain);
+        if !authoritative {
+            return None;
+        }
         self.encode(queries, false, u16::MAX).ok().map(Arc::from)
     }
 }

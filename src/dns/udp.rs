@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{LowerName, Record, RecordType};
+use hickory_proto::rr::{Name, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
@@ -167,12 +167,12 @@ pub fn respond(
     out: &mut Vec<u8>,
 ) -> Option<Outcome> {
     if let Some(query) = FastQuery::parse(packet)
-        && let Some(cached) = index.cached(&query.name, query.rtype)
+        && let Some(cached) = index.cached(query.query.name(), &packet[12..query.question_end])
         && query.reuse(&cached, packet, out)
     {
         let rcode = ResponseCode::from(0, out[3] & 0x0f);
         return Some(Outcome {
-            rtype: Some(query.rtype),
+            rtype: Some(query.query.query_type()),
             rcode,
         });
     }
@@ -189,12 +189,11 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
         }
         Handled::Ignored => return None,
     };
-    if let Some(owner) = &response.answer().owner
-        && let [query] = request.queries.queries()
+    if let [query] = request.queries.queries()
         && COMMON_TYPES.contains(&query.query_type())
         && let Some(bytes) = response.cacheable(&request.queries)
     {
-        index.store(owner, query.name(), query.query_type(), bytes);
+        index.store(&Name::from(query.name()), request.queries.as_bytes(), bytes);
     }
     match response.encode(&request.queries, true, response.udp_limit()) {
         Ok(bytes) => {
@@ -211,8 +210,7 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
 /// A plain query: one question, no answer or authority records, at most an
 /// EDNS(0) OPT record.
 struct FastQuery {
-    name: LowerName,
-    rtype: RecordType,
+    query: Query,
     question_end: usize,
     limit: usize,
     edns: bool,
@@ -247,9 +245,8 @@ impl FastQuery {
         } else {
             (false, 512)
         };
-        (decoder.index() == packet.len()).then(|| Self {
-            name: LowerName::new(query.name()),
-            rtype: query.query_type(),
+        (decoder.index() == packet.len()).then_some(Self {
+            query,
             question_end,
             limit: usize::from(limit),
             edns,

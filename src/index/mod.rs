@@ -41,8 +41,17 @@ pub enum Lookup {
     NxDomain,
 }
 
-/// Encoded responses by name and type.
-type ResponseCache = RwLock<HashMap<LowerName, Vec<(RecordType, Arc<[u8]>)>>>;
+/// A fast, randomly seeded hasher for the maps on the query path.
+type Hasher = foldhash::fast::RandomState;
+/// Encoded responses by question (name lower-cased, type and class as asked).
+type ResponseCache = RwLock<HashMap<Box<[u8]>, Arc<[u8]>, Hasher>>;
+/// Most cached responses for names not under a service (fixed names and
+/// unknown names); the cache starts over when full.
+const MAX_OTHER_RESPONSES: usize = 100_000;
+/// Most cached responses per service.
+const MAX_SERVICE_RESPONSES: usize = 4096;
+/// Longest question: a 255-byte name plus type and class.
+const MAX_QUESTION: usize = 255 + 4;
 
 /// One imported service as DNS sees it.
 #[derive(Debug)]
@@ -61,9 +70,10 @@ pub struct Index {
     apex: LowerName,
     ttl: u32,
     cluster_targeting: bool,
-    services: DashMap<Box<str>, Arc<ServiceEntry>>,
-    namespaces: DashMap<Box<str>, usize>,
+    services: DashMap<Box<str>, Arc<ServiceEntry>, Hasher>,
+    namespaces: DashMap<Box<str>, usize, Hasher>,
     fixed_cache: ResponseCache,
+    soa: RwLock<Record>,
     synced: AtomicBool,
     serial: AtomicU32,
 }
@@ -73,14 +83,16 @@ impl Index {
     /// `cluster_targeting` makes `<cluster>.<svc>.<ns>.svc.<zone>` answer.
     pub fn new(zone: Name, ttl: u32, cluster_targeting: bool, serial: u32) -> Self {
         let zone = zone.to_lowercase();
+        let apex_name = zone.clone();
         Self {
             apex: LowerName::new(&zone),
             zone,
             ttl,
             cluster_targeting,
-            services: DashMap::new(),
-            namespaces: DashMap::new(),
+            services: DashMap::default(),
+            namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
+            soa: RwLock::new(soa_record(&apex_name, ttl, serial)),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
         }
@@ -155,7 +167,7 @@ impl Index {
                     records.push(Record::from_rdata(
                         self.zone.clone(),
                         self.ttl,
-                        RData::NS(NS(self.ns_name())),
+                        RData::NS(NS(ns_name(&self.zone))),
                     ));
                 }
                 records
@@ -177,50 +189,50 @@ impl Index {
 
     /// The zone's SOA record; its minimum (and TTL) is the negative-caching TTL.
     pub fn soa(&self) -> Record {
-        let soa = SOA::new(
-            self.ns_name(),
-            self.child("hostmaster"),
-            self.serial.load(Ordering::Relaxed),
-            7200,
-            1800,
-            86400,
-            self.ttl,
-        );
-        Record::from_rdata(self.zone.clone(), self.ttl, RData::SOA(soa))
+        self.soa.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// A cached encoded response for an existing name, if one was stored.
-    pub fn cached(&self, name: &LowerName, rtype: RecordType) -> Option<Arc<[u8]>> {
-        if !self.is_synced() || !self.apex.zone_of(name) {
+    /// A cached encoded response to `question` (the wire question section,
+    /// any case) about `name`, if one was stored.
+    pub fn cached(&self, name: &Name, question: &[u8]) -> Option<Arc<[u8]>> {
+        if !self.is_synced() {
             return None;
         }
-        let mut buffer = [&[][..]; MAX_LABELS];
-        let from = |cache: &ResponseCache| {
-            let cache = cache.read().unwrap_or_else(|e| e.into_inner());
-            let types = cache.get(name)?;
-            types
-                .iter()
-                .find(|(t, _)| *t == rtype)
-                .map(|(_, bytes)| bytes.clone())
+        let mut buffer = [0u8; MAX_QUESTION];
+        let key = lower_question(question, &mut buffer)?;
+        let read = |cache: &ResponseCache| {
+            cache
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(key)
+                .cloned()
         };
-        match self.relative_labels(name, &mut buffer)? {
-            [.., service, namespace, b"svc"] => from(&self.entry(service, namespace)?.cache),
-            _ => from(&self.fixed_cache),
+        match self.service_of(name) {
+            Some(entry) => read(&entry.cache),
+            None => read(&self.fixed_cache),
         }
     }
 
-    /// Keeps an encoded response to reuse for the same name and type until
-    /// the name's service (or, for fixed names, the zone serial) changes.
-    pub fn store(&self, owner: &Owner, name: &LowerName, rtype: RecordType, response: Arc<[u8]>) {
-        let cache = match owner {
-            Owner::Service(entry, _) => &entry.cache,
-            _ => &self.fixed_cache,
+    /// Keeps an authoritative encoded response (records, NODATA or NXDOMAIN)
+    /// to reuse for the same question about `name` until the name's service
+    /// changes (names under a service) or the next commit (all others). A
+    /// cache that reaches its bound starts over, so floods of unknown names
+    /// cannot grow it without limit.
+    pub fn store(&self, name: &Name, question: &[u8], response: Arc<[u8]>) {
+        let mut buffer = [0u8; MAX_QUESTION];
+        let Some(key) = lower_question(question, &mut buffer) else {
+            return;
+        };
+        let entry = self.service_of(name);
+        let (cache, bound) = match &entry {
+            Some(entry) => (&entry.cache, MAX_SERVICE_RESPONSES),
+            None => (&self.fixed_cache, MAX_OTHER_RESPONSES),
         };
         let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
-        let types = cache.entry(name.clone()).or_default();
-        if !types.iter().any(|(t, _)| *t == rtype) {
-            types.push((rtype, response));
+        if cache.len() >= bound {
+            cache.clear();
         }
+        cache.entry(key.into()).or_insert(response);
     }
 
     /// Replaces a service's import (None: the service is gone).
@@ -251,13 +263,16 @@ impl Index {
 
     /// Ends a batch of updates: a new SOA serial.
     pub fn commit(&self) {
-        self.serial.fetch_add(1, Ordering::Relaxed);
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.soa.write().unwrap_or_else(|e| e.into_inner()) =
+            soa_record(&self.zone, self.ttl, serial);
         self.fixed_cache
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
     }
 
+    /// The service entry of `<service>.<namespace>` (labels in any case).
     fn entry(&self, service: &[u8], namespace: &[u8]) -> Option<Arc<ServiceEntry>> {
         let mut key = [0u8; 2 * 63 + 1];
         let len = service.len() + 1 + namespace.len();
@@ -265,8 +280,24 @@ impl Index {
         key[..service.len()].copy_from_slice(service);
         key[service.len()] = b'.';
         key[service.len() + 1..].copy_from_slice(namespace);
+        key.make_ascii_lowercase();
         let key = std::str::from_utf8(key).ok()?;
         self.services.get(key).map(|e| e.clone())
+    }
+
+    /// The service a name lies under (`…<svc>.<ns>.svc.<zone>`, any case).
+    fn service_of(&self, name: &Name) -> Option<Arc<ServiceEntry>> {
+        let mut labels = name.iter().rev();
+        for zone_label in self.zone.iter().rev() {
+            if !labels.next()?.eq_ignore_ascii_case(zone_label) {
+                return None;
+            }
+        }
+        if !labels.next()?.eq_ignore_ascii_case(b"svc") {
+            return None;
+        }
+        let namespace = labels.next()?;
+        self.entry(labels.next()?, namespace)
     }
 
     /// The labels of `name` below the zone, leftmost first; None if too many.
@@ -294,14 +325,38 @@ impl Index {
             self.namespaces.remove(&namespace);
         }
     }
+}
 
-    fn ns_name(&self) -> Name {
-        self.child("ns.dns")
-    }
+/// The SOA of `zone` at `serial`.
+fn soa_record(zone: &Name, ttl: u32, serial: u32) -> Record {
+    let soa = SOA::new(
+        ns_name(zone),
+        child(zone, "hostmaster"),
+        serial,
+        7200,
+        1800,
+        86400,
+        ttl,
+    );
+    Record::from_rdata(zone.clone(), ttl, RData::SOA(soa))
+}
 
-    fn child(&self, labels: &str) -> Name {
-        records_name(&self.zone, labels).expect("fixed labels are valid DNS")
-    }
+/// The name server named in the SOA and NS records.
+fn ns_name(zone: &Name) -> Name {
+    child(zone, "ns.dns")
+}
+
+fn child(zone: &Name, labels: &str) -> Name {
+    records_name(zone, labels).expect("fixed labels are valid DNS")
+}
+
+/// `question` with its name lower-cased (type and class kept), in `buffer`.
+fn lower_question<'b>(question: &[u8], buffer: &'b mut [u8; MAX_QUESTION]) -> Option<&'b [u8]> {
+    let key = buffer.get_mut(..question.len())?;
+    key.copy_from_slice(question);
+    let name_end = key.len().checked_sub(4)?;
+    key[..name_end].make_ascii_lowercase();
+    Some(key)
 }
 
 /// `labels.zone`, lower-cased, or None when the labels are not valid DNS.
