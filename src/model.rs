@@ -179,10 +179,10 @@ pub struct SliceInfo {
 pub enum Object {
     /// A ServiceExport.
     Export(ExportInfo),
-    /// A Service.
-    Service(ServiceInfo),
-    /// An EndpointSlice, by its own name.
-    Slice(Box<str>, SliceInfo),
+    /// A Service (shared: the source and the engine hold the same one).
+    Service(Arc<ServiceInfo>),
+    /// An EndpointSlice, by its own name (shared like services).
+    Slice(Box<str>, Arc<SliceInfo>),
 }
 
 /// Which object a [`Change::Delete`] removes.

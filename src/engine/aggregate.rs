@@ -21,9 +21,9 @@ pub struct ClusterInputs {
     /// Its ServiceExport, if exported.
     pub export: Option<ExportInfo>,
     /// Its Service, if present.
-    pub service: Option<ServiceInfo>,
+    pub service: Option<Arc<ServiceInfo>>,
     /// Its EndpointSlices by name.
-    pub slices: BTreeMap<Box<str>, SliceInfo>,
+    pub slices: BTreeMap<Box<str>, Arc<SliceInfo>>,
 }
 
 impl ClusterInputs {
@@ -120,7 +120,7 @@ struct Candidate<'a> {
     cluster: &'a ClusterId,
     export: &'a ExportInfo,
     service: &'a ServiceInfo,
-    slices: &'a BTreeMap<Box<str>, SliceInfo>,
+    slices: &'a BTreeMap<Box<str>, Arc<SliceInfo>>,
 }
 
 /// Aggregates one service's inputs; `local_families` are the families the
@@ -468,8 +468,8 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn slice(endpoints: &[(&str, Option<&str>, bool)]) -> SliceInfo {
-        SliceInfo {
+    pub(crate) fn slice(endpoints: &[(&str, Option<&str>, bool)]) -> Arc<SliceInfo> {
+        Arc::new(SliceInfo {
             endpoints: endpoints
                 .iter()
                 .map(|(ip, host, ready)| Endpoint {
@@ -478,7 +478,7 @@ pub(crate) mod tests {
                     ready: *ready,
                 })
                 .collect(),
-        }
+        })
     }
 
     fn inputs(
@@ -490,7 +490,7 @@ pub(crate) mod tests {
                     cluster.into(),
                     ClusterInputs {
                         export,
-                        service,
+                        service: service.map(Arc::new),
                         slices: BTreeMap::new(),
                     },
                 )

@@ -280,12 +280,12 @@ mod tests {
         let updates = engine.apply([
             upsert(
                 "east",
-                Object::Service(service(&["10.0.0.1", "fd00::1"], &[("http", 80)])),
+                Object::Service(Arc::new(service(&["10.0.0.1", "fd00::1"], &[("http", 80)]))),
             ),
             upsert("east", Object::Export(export(1))),
             upsert(
                 "west",
-                Object::Service(service(&["10.0.0.2", "fd00::2"], &[("http", 80)])),
+                Object::Service(Arc::new(service(&["10.0.0.2", "fd00::2"], &[("http", 80)]))),
             ),
             upsert("west", Object::Export(export(2))),
         ]);
@@ -327,7 +327,10 @@ mod tests {
                 other.clone(),
                 Object::Slice("s".into(), slice(&[("243.0.0.1", None, true)])),
             ),
-            upsert("east", Object::Service(service(&["10.0.0.1"], &[]))),
+            upsert(
+                "east",
+                Object::Service(Arc::new(service(&["10.0.0.1"], &[]))),
+            ),
             upsert("east", Object::Export(export(1))),
         ]);
         let vips = &engine.get(&key()).unwrap().import.as_ref().unwrap().vips;
@@ -343,7 +346,7 @@ mod tests {
             Change::Upsert(
                 "east".into(),
                 third.clone(),
-                Object::Service(service(&["10.0.0.3"], &[])),
+                Object::Service(Arc::new(service(&["10.0.0.3"], &[]))),
             ),
             Change::Upsert("east".into(), third, Object::Export(export(2))),
         ]);
@@ -359,7 +362,7 @@ mod tests {
         engine.apply([
             upsert(
                 "east",
-                Object::Service(service(&["10.0.0.1"], &[("http", 80)])),
+                Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
             ),
             upsert("east", Object::Export(export(1))),
             upsert(
@@ -371,7 +374,7 @@ mod tests {
             ),
             upsert(
                 "west",
-                Object::Service(service(&["10.0.0.2"], &[("http", 81)])),
+                Object::Service(Arc::new(service(&["10.0.0.2"], &[("http", 81)]))),
             ),
             upsert("west", Object::Export(export(2))),
         ]);
@@ -405,7 +408,10 @@ mod tests {
             ),
         ]);
         engine.apply([
-            upsert("east", Object::Service(service(&["10.0.0.1"], &[]))),
+            upsert(
+                "east",
+                Object::Service(Arc::new(service(&["10.0.0.1"], &[]))),
+            ),
             upsert("east", Object::Export(export(1))),
         ]);
         engine.release_unclaimed_vips();

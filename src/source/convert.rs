@@ -4,6 +4,7 @@
 //! through these functions, so all sources agree on defaults and validation.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -188,7 +189,10 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
             .to_owned(),
         traffic_distribution: spec.traffic_distribution.clone(),
     };
-    Ok((ServiceKey::new(namespace, name), Object::Service(info)))
+    Ok((
+        ServiceKey::new(namespace, name),
+        Object::Service(Arc::new(info)),
+    ))
 }
 
 /// Converts a ServiceExport (either served version deserializes into this type).
@@ -275,7 +279,7 @@ pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), Con
     }
     Ok((
         ServiceKey::new(namespace, service),
-        Object::Slice(name.into(), SliceInfo { endpoints }),
+        Object::Slice(name.into(), Arc::new(SliceInfo { endpoints })),
     ))
 }
 
@@ -292,7 +296,7 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn service_info(v: serde_json::Value) -> (ServiceKey, ServiceInfo) {
+    fn service_info(v: serde_json::Value) -> (ServiceKey, Arc<ServiceInfo>) {
         match service(&svc(v)).unwrap() {
             (key, Object::Service(info)) => (key, info),
             other => panic!("unexpected {other:?}"),
@@ -355,7 +359,8 @@ mod tests {
         assert_eq!(info.session_affinity, "ClientIP");
         assert_eq!(
             info.session_affinity_config
-                .and_then(|c| c.client_ip)
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
                 .and_then(|c| c.timeout_seconds),
             Some(30)
         );
@@ -471,7 +476,7 @@ mod tests {
             obj,
             Object::Slice(
                 "web-abc12".into(),
-                SliceInfo {
+                Arc::new(SliceInfo {
                     endpoints: vec![
                         Endpoint {
                             address: ip("10.1.0.1"),
@@ -489,7 +494,7 @@ mod tests {
                             ready: true
                         },
                     ]
-                }
+                })
             )
         );
 

@@ -11,6 +11,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Service;
@@ -154,7 +155,7 @@ pub struct ManifestSource {
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
     /// Which files define each object (the first one wins).
-    defs: BTreeMap<Ident, BTreeSet<PathBuf>>,
+    defs: BTreeMap<Ident, BTreeSet<Arc<Path>>>,
     /// What the engine has been told, per object.
     emitted: HashMap<Ident, (ServiceKey, Object)>,
     /// Observed ages of the ServiceExports that exist.
@@ -237,12 +238,13 @@ impl ManifestSource {
                     old.map(|s| s.objects),
                     now,
                 );
+                let shared: Arc<Path> = Arc::from(path.as_path());
                 for ident in state.objects.keys() {
                     affected.insert(ident.clone());
                     self.defs
                         .entry(ident.clone())
                         .or_default()
-                        .insert(path.clone());
+                        .insert(shared.clone());
                 }
                 self.files.insert(path.clone(), state);
             }
@@ -275,7 +277,7 @@ impl ManifestSource {
                 .defs
                 .get(&ident)
                 .and_then(|paths| paths.first())
-                .and_then(|p| self.files.get(p))
+                .and_then(|p| self.files.get(&**p))
                 .and_then(|f| f.objects.get(&ident))
                 .map(|d| (d.key.clone(), d.object.clone()));
             let old = self.emitted.remove(&ident);
@@ -319,9 +321,9 @@ impl ManifestSource {
             let mut paths = paths.iter();
             let Some(winner) = paths.next() else { continue };
             for path in paths {
-                let document = self.files[path].objects.get(ident).map(|d| d.document);
+                let document = self.files[&**path].objects.get(ident).map(|d| d.document);
                 current.push(Problem {
-                    file: path.clone(),
+                    file: path.to_path_buf(),
                     document,
                     reason: format!("{ident} also defined in {}", winner.display()),
                 });
@@ -726,7 +728,7 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ServiceKind, SliceInfo};
+    use crate::model::ServiceKind;
 
     fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
         let path = root.join(rel);
@@ -1078,9 +1080,10 @@ mod tests {
         let web = upserted(&changes, "east", "prod/web");
         let Object::Export(e) = web[0] else { panic!() };
         assert_eq!(e.labels.get("tier").map(String::as_str), Some("web"));
-        let Object::Slice(name, SliceInfo { endpoints }) = web[2] else {
+        let Object::Slice(name, slice) = web[2] else {
             panic!()
         };
+        let endpoints = &slice.endpoints;
         assert_eq!(
             (&**name, endpoints.len(), endpoints[0].ready),
             ("web-1", 1, true)
