@@ -156,6 +156,8 @@ pub struct ManifestSource {
     files: BTreeMap<PathBuf, FileState>,
     /// Which files define each object (the first one wins).
     defs: BTreeMap<Ident, BTreeSet<Arc<Path>>>,
+    /// The objects more than one file defines.
+    duplicated: BTreeSet<Ident>,
     /// What the engine has been told, per object.
     emitted: HashMap<Ident, (ServiceKey, Object)>,
     /// Observed ages of the ServiceExports that exist.
@@ -172,6 +174,7 @@ impl ManifestSource {
             dir: dir.into(),
             files: BTreeMap::new(),
             defs: BTreeMap::new(),
+            duplicated: BTreeSet::new(),
             emitted: HashMap::new(),
             ages: HashMap::new(),
             next_seq: 0,
@@ -250,8 +253,23 @@ impl ManifestSource {
             }
         }
 
+        // Only objects of the files read or gone can have changed: keep the
+        // work per rescan proportional to those, not to the whole directory.
+        for ident in &affected {
+            match self.defs.get(ident) {
+                None => {
+                    self.ages.remove(ident);
+                    self.duplicated.remove(ident);
+                }
+                Some(paths) if paths.len() > 1 => {
+                    self.duplicated.insert(ident.clone());
+                }
+                Some(_) => {
+                    self.duplicated.remove(ident);
+                }
+            }
+        }
         let changes = self.settle(affected);
-        self.ages.retain(|ident, _| self.defs.contains_key(ident));
         self.update_problems(walk.problems);
         changes
     }
@@ -317,7 +335,11 @@ impl ManifestSource {
         for state in self.files.values() {
             current.extend(state.problems.iter().cloned());
         }
-        for (ident, paths) in &self.defs {
+        for (ident, paths) in self
+            .duplicated
+            .iter()
+            .filter_map(|i| Some((i, self.defs.get(i)?)))
+        {
             let mut paths = paths.iter();
             let Some(winner) = paths.next() else { continue };
             for path in paths {

@@ -16,7 +16,7 @@ use super::manifests::{ManifestSource, Problem};
 use crate::model::Change;
 
 /// Quiet time after the last event before rescanning.
-const DEBOUNCE: Duration = Duration::from_millis(75);
+const DEBOUNCE: Duration = Duration::from_millis(25);
 /// A full rescan happens at least this often, even without events (a safety
 /// net for missed events, and the heartbeat behind readiness).
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -48,7 +48,7 @@ impl WatchHandle {
 /// rescan on `tx` (an empty batch: a rescan that found nothing new).
 ///
 /// Starts with a rescan (everything, unless the caller already rescanned
-/// `source`), then rescans ~75 ms after each burst of filesystem events, on a
+/// `source`), then rescans ~25 ms after each burst of filesystem events, on a
 /// dedicated thread, so the tokio runtime is never blocked. Need not be called
 /// from within a runtime. Fails when the directory cannot be watched.
 pub fn spawn_watcher(
