@@ -82,13 +82,46 @@ impl Kind {
 struct Ident {
     cluster: ClusterId,
     kind: Kind,
-    namespace: String,
-    name: String,
+    namespace: Arc<str>,
+    name: Arc<str>,
 }
 
 impl fmt::Display for Ident {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// The files defining one object, sorted (the first wins). Nearly always
+/// one, so a sorted vector rather than a set.
+#[derive(Debug, Default)]
+struct Paths(Vec<Arc<Path>>);
+
+impl Paths {
+    fn insert(&mut self, path: Arc<Path>) {
+        if let Err(at) = self.0.binary_search(&path) {
+            self.0.insert(at, path);
+        }
+    }
+
+    fn remove(&mut self, path: &Path) {
+        self.0.retain(|p| **p != *path);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn first(&self) -> Option<&Arc<Path>> {
+        self.0.first()
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Arc<Path>> {
+        self.0.iter()
     }
 }
 
@@ -155,7 +188,7 @@ pub struct ManifestSource {
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
     /// Which files define each object (the first one wins).
-    defs: BTreeMap<Ident, BTreeSet<Arc<Path>>>,
+    defs: BTreeMap<Ident, Paths>,
     /// The objects more than one file defines.
     duplicated: BTreeSet<Ident>,
     /// What the engine has been told, per object.
@@ -676,8 +709,8 @@ fn read_ident(cluster: &ClusterId, kind: Kind, map: &Map<String, Value>) -> Opti
     Some(Ident {
         cluster: cluster.clone(),
         kind,
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
+        namespace: namespace.into(),
+        name: name.into(),
     })
 }
 
