@@ -458,6 +458,14 @@ async fn big_answers_are_truncated_on_udp_and_whole_on_tcp() {
     let (edns, len) = exchange_udp(server.addr, &with_edns(question(&name, A), 1232)).await;
     assert!(edns.metadata.truncation, "TC with EDNS 1232");
     assert!(len <= 1232, "{len} bytes over UDP with EDNS 1232");
+    // Asked again, the cut response comes from the cache: the same, OPT included.
+    for query in [question(&name, A), with_edns(question(&name, A), 1232)] {
+        let first = exchange_udp(server.addr, &query).await.0;
+        let (again, again_len) = exchange_udp(server.addr, &query).await;
+        assert_eq!(again.answers, first.answers);
+        assert!(again.metadata.truncation && again_len <= 1232);
+        assert_eq!(again.edns.is_some(), query.edns.is_some(), "OPT as asked");
+    }
 
     // Truncated answers keep what fits.
     assert!(!plain.answers.is_empty(), "some answers fit in 512 bytes");

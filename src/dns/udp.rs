@@ -167,8 +167,8 @@ pub fn respond(
     out: &mut Vec<u8>,
 ) -> Option<Outcome> {
     if let Some(query) = FastQuery::parse(packet)
-        && let Some(cached) = index.cached(query.query.name(), &packet[12..query.question_end])
-        && query.reuse(&cached, packet, out)
+        && let Some(cached) = query.lookup(index, packet)
+        && query.reuse(cached, packet, out)
     {
         let rcode = ResponseCode::from(0, out[3] & 0x0f);
         return Some(Outcome {
@@ -191,9 +191,25 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
     };
     if let [query] = request.queries.queries()
         && COMMON_TYPES.contains(&query.query_type())
-        && let Some(bytes) = response.cacheable(&request.queries)
+        && let Some(full) = response.cacheable(&request.queries)
     {
-        index.store(&Name::from(query.name()), request.queries.as_bytes(), bytes);
+        // The complete response is cached without EDNS (the OPT record is
+        // added when reused); one cut to the client's limit keeps its OPT
+        // record, which the encoder writes after the records that fit.
+        let (name, question) = (Name::from(query.name()), request.queries.as_bytes());
+        let with_edns = request.edns.is_some();
+        let limit = response.udp_limit();
+        if full.len() + if with_edns { OPT.len() } else { 0 } > usize::from(limit)
+            && let Ok(cut) = response.encode(&request.queries, with_edns, limit)
+        {
+            index.store(
+                &name,
+                question,
+                cut_variant(limit, with_edns),
+                Arc::from(cut),
+            );
+        }
+        index.store(&name, question, 0, full);
     }
     match response.encode(&request.queries, true, response.udp_limit()) {
         Ok(bytes) => {
@@ -205,6 +221,11 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
             None
         }
     }
+}
+
+/// The cache variant of a response cut to `limit` bytes, with or without EDNS.
+fn cut_variant(limit: u16, edns: bool) -> u16 {
+    limit | if edns { 0x8000 } else { 0 }
 }
 
 /// A plain query: one question, no answer or authority records, at most an
@@ -253,24 +274,45 @@ impl FastQuery {
         })
     }
 
+    /// The cached response for this query: the complete one if it fits the
+    /// client's limit (its OPT record still to add), else the one cut to that
+    /// limit (TC set, OPT included), if stored.
+    fn lookup(&self, index: &Index, packet: &[u8]) -> Option<(Arc<[u8]>, bool)> {
+        let (name, question) = (self.query.name(), &packet[12..self.question_end]);
+        let full = index.cached(name, question, 0)?;
+        if full.len() + if self.edns { OPT.len() } else { 0 } <= self.limit {
+            return Some((full, self.edns));
+        }
+        let limit = u16::try_from(self.limit).ok()?;
+        Some((
+            index.cached(name, question, cut_variant(limit, self.edns))?,
+            false,
+        ))
+    }
+
     /// Copies a cached response, patched for this query; false if it would
     /// not fit (the slow path then truncates it properly).
-    fn reuse(&self, cached: &[u8], packet: &[u8], out: &mut Vec<u8>) -> bool {
-        let opt = if self.edns { OPT.len() } else { 0 };
+    fn reuse(
+        &self,
+        (cached, add_opt): (Arc<[u8]>, bool),
+        packet: &[u8],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let opt = if add_opt { OPT.len() } else { 0 };
         let same_question = cached
             .get(12..self.question_end)
             .is_some_and(|q| q.eq_ignore_ascii_case(&packet[12..self.question_end]));
         if !same_question || cached.len() + opt > self.limit {
             return false;
         }
-        out.extend_from_slice(cached);
+        out.extend_from_slice(&cached);
         // ID, then RD (low bit of byte 2) and CD (bit 4 of byte 3) as asked.
         out[..2].copy_from_slice(&packet[..2]);
         out[2] = (out[2] & !0x01) | (packet[2] & 0x01);
         out[3] = (out[3] & !0x10) | (packet[3] & 0x10);
         // The question exactly as asked (same length: only case differs).
         out[12..self.question_end].copy_from_slice(&packet[12..self.question_end]);
-        if self.edns {
+        if add_opt {
             out.extend_from_slice(&OPT);
             out[10..12].copy_from_slice(&1u16.to_be_bytes());
         }

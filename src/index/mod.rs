@@ -50,8 +50,8 @@ type ResponseCache = RwLock<HashMap<Box<[u8]>, Arc<[u8]>, Hasher>>;
 const MAX_OTHER_RESPONSES: usize = 100_000;
 /// Most cached responses per service.
 const MAX_SERVICE_RESPONSES: usize = 4096;
-/// Longest question: a 255-byte name plus type and class.
-const MAX_QUESTION: usize = 255 + 4;
+/// Longest cache key: a 255-byte name, type, class and variant.
+const MAX_KEY: usize = 255 + 4 + 2;
 
 /// One imported service as DNS sees it.
 #[derive(Debug)]
@@ -193,13 +193,14 @@ impl Index {
     }
 
     /// A cached encoded response to `question` (the wire question section,
-    /// any case) about `name`, if one was stored.
-    pub fn cached(&self, name: &Name, question: &[u8]) -> Option<Arc<[u8]>> {
+    /// any case) about `name`, if one was stored. `variant` tells versions of
+    /// the same response apart (0: complete; else a size it was cut to).
+    pub fn cached(&self, name: &Name, question: &[u8], variant: u16) -> Option<Arc<[u8]>> {
         if !self.is_synced() {
             return None;
         }
-        let mut buffer = [0u8; MAX_QUESTION];
-        let key = lower_question(question, &mut buffer)?;
+        let mut buffer = [0u8; MAX_KEY];
+        let key = cache_key(question, variant, &mut buffer)?;
         let read = |cache: &ResponseCache| {
             cache
                 .read()
@@ -218,9 +219,9 @@ impl Index {
     /// changes (names under a service) or the next commit (all others). A
     /// cache that reaches its bound starts over, so floods of unknown names
     /// cannot grow it without limit.
-    pub fn store(&self, name: &Name, question: &[u8], response: Arc<[u8]>) {
-        let mut buffer = [0u8; MAX_QUESTION];
-        let Some(key) = lower_question(question, &mut buffer) else {
+    pub fn store(&self, name: &Name, question: &[u8], variant: u16, response: Arc<[u8]>) {
+        let mut buffer = [0u8; MAX_KEY];
+        let Some(key) = cache_key(question, variant, &mut buffer) else {
             return;
         };
         let entry = self.service_of(name);
@@ -350,12 +351,14 @@ fn child(zone: &Name, labels: &str) -> Name {
     records_name(zone, labels).expect("fixed labels are valid DNS")
 }
 
-/// `question` with its name lower-cased (type and class kept), in `buffer`.
-fn lower_question<'b>(question: &[u8], buffer: &'b mut [u8; MAX_QUESTION]) -> Option<&'b [u8]> {
-    let key = buffer.get_mut(..question.len())?;
-    key.copy_from_slice(question);
-    let name_end = key.len().checked_sub(4)?;
+/// The cache key of a response: `question` with its name lower-cased (type
+/// and class kept), then `variant`, in `buffer`.
+fn cache_key<'b>(question: &[u8], variant: u16, buffer: &'b mut [u8; MAX_KEY]) -> Option<&'b [u8]> {
+    let name_end = question.len().checked_sub(4)?;
+    let key = buffer.get_mut(..question.len() + 2)?;
+    key[..question.len()].copy_from_slice(question);
     key[..name_end].make_ascii_lowercase();
+    key[question.len()..].copy_from_slice(&variant.to_be_bytes());
     Some(key)
 }
 

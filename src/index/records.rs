@@ -73,23 +73,18 @@ pub fn service_records(
 fn bare_srv(entry: &ServiceEntry, owner: &Name, ttl: u32) -> Vec<Record> {
     let import = &entry.import;
     let targets = srv_targets(entry);
-    let mut pairs: Vec<(&Name, u16)> = Vec::new();
-    for (i, _) in import
-        .ports
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.name.is_some())
-    {
+    let mut numbers: Vec<u16> = Vec::new();
+    for (i, port) in import.ports.iter().enumerate() {
         let number = port_number(import, i);
-        for target in &targets {
-            if !pairs.contains(&(target, number)) {
-                pairs.push((target, number));
-            }
+        if port.name.is_some() && !numbers.contains(&number) {
+            numbers.push(number);
         }
     }
-    let weight = srv_weight(pairs.len());
-    pairs
-        .into_iter()
+    // Targets are distinct and so are the numbers: no pair repeats.
+    let weight = srv_weight(numbers.len() * targets.len());
+    numbers
+        .iter()
+        .flat_map(|&port| targets.iter().map(move |t| (t, port)))
         .map(|(t, port)| srv_record(owner, ttl, weight, port, t))
         .collect()
 }
