@@ -1,0 +1,85 @@
+# Shared helpers of the benchmark scripts (sourced, not run).
+# shellcheck shell=bash
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$BENCH_DIR")
+BIN="$ROOT/target/release/clusterset-dns"
+WORK=${WORK:-/tmp/clusterset-bench}
+mkdir -p "$WORK"
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+# need CMD PACKAGE...: installs the packages when CMD is missing (apt-get update once).
+_APT_UPDATED=
+need() {
+    local cmd=$1; shift
+    command -v "$cmd" >/dev/null 2>&1 && return 0
+    log "$cmd missing: apt-get install -y $*"
+    if [ -z "$_APT_UPDATED" ]; then apt-get update -qq; _APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    command -v "$cmd" >/dev/null 2>&1 || die "$cmd still missing after installing $*"
+}
+
+build_release() {
+    log "cargo build --release"
+    (cd "$ROOT" && cargo build --release --quiet) || die "release build failed"
+    local rev dirty
+    rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
+    log "measuring clusterset-dns at $rev (+$dirty modified tracked files)"
+}
+
+# Processes started by the scripts, stopped by pid on exit.
+PIDS=()
+stop_pid() {
+    local pid=$1
+    kill "$pid" 2>/dev/null || return 0
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+}
+stop_all() { local p; for p in "${PIDS[@]}"; do stop_pid "$p"; done; PIDS=(); }
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+# Fails when something already answers on 127.0.0.1:PORT (UDP or TCP).
+port_free() {
+    python3 - "$1" <<'EOF' || die "port $1 is in use (set the *_PORT variables)"
+import socket, sys
+p = int(sys.argv[1])
+for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", p))
+    s.close()
+EOF
+}
+
+# cpu_ticks PID: user+system clock ticks of the whole process (all threads).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# mem_kib PID FIELD: VmRSS / VmHWM in KiB.
+mem_kib() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
+
+# wait_answer PORT NAME EXPECT TIMEOUT: seconds until NAME's A answer has EXPECT.
+wait_answer() { python3 "$BENCH_DIR/dnsq.py" wait "$1" "$2" "$3" "$4" 0.1; }
+
+probe() { python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["probe"]; print(p["name"], p["ip"])' "$1/bench-meta.json"; }
+
+# pin_all PID CORE NAME: pins every thread of PID to CORE. Needed for knotd,
+# which binds its UDP worker threads to CPUs itself (overriding `taskset -c`
+# at start: its UDP worker ended up on core 0, next to dnsperf). Fails when a
+# thread is still allowed elsewhere afterwards.
+pin_all() {
+    local pid=$1 core=$2 name=$3 t moved=0
+    for t in /proc/"$pid"/task/*; do
+        if [ "$(awk '/^Cpus_allowed_list/ {print $2}' "$t/status")" != "$core" ]; then
+            moved=$((moved + 1))
+        fi
+    done
+    taskset -a -p -c "$core" "$pid" >/dev/null
+    [ "$moved" -gt 0 ] && log "$name: $moved thread(s) had set their own CPU affinity; re-pinned to core $core"
+    for t in /proc/"$pid"/task/*; do
+        [ "$(awk '/^Cpus_allowed_list/ {print $2}' "$t/status")" = "$core" ] \
+            || die "$name thread $(basename "$t") is not pinned to core $core"
+    done
+}
