@@ -48,18 +48,24 @@ fn value(body: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn scrape(addr: SocketAddr, series: &str) -> f64 {
-    value(&get(addr, "/metrics").await.1, series)
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn metrics_count_queries_and_reconciles() {
+/// A clusterset with one exported ClusterIP service, `web.shop`.
+fn web_clusterset() -> Clusterset {
     let cs = Clusterset::new();
     cs.write(
         "east",
         "web.yaml",
         &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
     );
+    cs
+}
+
+async fn scrape(addr: SocketAddr, series: &str) -> f64 {
+    value(&get(addr, "/metrics").await.1, series)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_queries_and_reconciles() {
+    let cs = web_clusterset();
     let server = start(cs.dir(), &[]).await;
     let ops = server
         .running()
@@ -158,12 +164,7 @@ async fn metrics_count_queries_and_reconciles() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_and_readiness() {
-    let cs = Clusterset::new();
-    cs.write(
-        "east",
-        "web.yaml",
-        &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
-    );
+    let cs = web_clusterset();
     let server = start(cs.dir(), &[]).await;
     let ops = server.running().metrics_addr.expect("bound");
     assert_eq!(get(ops, "/healthz").await, (200, "ok\n".to_owned()));
@@ -216,12 +217,7 @@ async fn readiness_waits_for_the_first_sync() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_answers_queries_in_flight_then_exits_0() {
-    let cs = Clusterset::new();
-    cs.write(
-        "east",
-        "web.yaml",
-        &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
-    );
+    let cs = web_clusterset();
     let mut binary = spawn_binary(cs.dir(), &[]).await;
     let mut stream = TcpStream::connect(binary.addr).await.expect("TCP accepted");
     let framed = |name: &str| {
