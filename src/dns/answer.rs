@@ -3,7 +3,7 @@
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::{DNSClass, LowerName, Name, Record, RecordType};
 
-use crate::index::{Index, Lookup, Owner};
+use crate::index::{Index, Lookup};
 
 /// The code and sections of a response to one question.
 #[derive(Clone, Debug)]
@@ -16,8 +16,6 @@ pub struct Answer {
     pub answers: Vec<Record>,
     /// Authority section (the SOA of negative answers).
     pub authority: Vec<Record>,
-    /// The name asked for, when it exists (its response may be cached).
-    pub owner: Option<Owner>,
 }
 
 impl Answer {
@@ -28,7 +26,6 @@ impl Answer {
             authoritative: false,
             answers: Vec::new(),
             authority: Vec::new(),
-            owner: None,
         }
     }
 }
@@ -63,6 +60,5 @@ pub fn answer(index: &Index, name: &LowerName, rtype: RecordType, class: DNSClas
         authoritative: true,
         answers,
         authority,
-        owner,
     }
 }
