@@ -367,3 +367,178 @@ fn records_name(zone: &Name, labels: &str) -> Option<Name> {
     let name = Name::from_ascii(labels).ok()?.append_domain(zone).ok()?;
     Some(name.to_lowercase())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+    use crate::engine::aggregate::tests::{export, service, slice};
+    use crate::engine::{Engine, EngineSettings};
+    use crate::model::{Change, Object, ServiceKind};
+
+    /// An index over `web.shop` (ClusterSetIP, port http) and `db.shop`
+    /// (headless; `db-0` and a dashed-IP pod in cluster `east`, one pod in
+    /// cluster `eu.west`, a two-label id).
+    fn demo_index(cluster_targeting: bool) -> Index {
+        let index = Index::new(
+            Name::from_str("clusterset.local.").unwrap(),
+            5,
+            cluster_targeting,
+            1,
+        );
+        let mut engine = Engine::new(EngineSettings::default());
+        let web = ServiceKey::new("shop", "web");
+        let db = ServiceKey::new("shop", "db");
+        let mut headless = service(&[], &[("pg", 5432)]);
+        headless.kind = ServiceKind::Headless;
+        headless.ip_families = vec![crate::model::IpFamily::IPv4];
+        let upsert = |cluster: &str, key: &ServiceKey, object| {
+            Change::Upsert(cluster.into(), key.clone(), object)
+        };
+        let changes = vec![
+            upsert(
+                "east",
+                &web,
+                Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
+            ),
+            upsert("east", &web, Object::Export(export(1))),
+            upsert("east", &db, Object::Service(Arc::new(headless.clone()))),
+            upsert("east", &db, Object::Export(export(1))),
+            upsert(
+                "east",
+                &db,
+                Object::Slice(
+                    "s".into(),
+                    slice(&[("10.1.0.1", Some("db-0"), true), ("10.1.0.2", None, true)]),
+                ),
+            ),
+            upsert("eu.west", &db, Object::Service(Arc::new(headless))),
+            upsert("eu.west", &db, Object::Export(export(2))),
+            upsert(
+                "eu.west",
+                &db,
+                Object::Slice("s".into(), slice(&[("10.2.0.1", Some("db-0"), true)])),
+            ),
+        ];
+        for (key, import) in engine.apply(changes) {
+            index.update(&key, import);
+        }
+        index.commit();
+        index.set_synced();
+        index
+    }
+
+    fn find(index: &Index, name: &str) -> Option<Owner> {
+        match index.lookup(&LowerName::from_str(name).unwrap()) {
+            Lookup::Found(owner) => Some(owner),
+            Lookup::NxDomain => None,
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    fn which(index: &Index, name: &str) -> Option<ServiceName> {
+        match find(index, name)? {
+            Owner::Service(_, which) => Some(which),
+            other => panic!("{name}: not a service name: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fixed_names_and_empty_non_terminals() {
+        let index = demo_index(false);
+        assert!(matches!(
+            find(&index, "clusterset.local."),
+            Some(Owner::Apex)
+        ));
+        assert!(matches!(
+            find(&index, "DNS-Version.clusterset.local."),
+            Some(Owner::DnsVersion)
+        ));
+        assert!(matches!(
+            find(&index, "svc.clusterset.local."),
+            Some(Owner::Empty)
+        ));
+        assert!(matches!(
+            find(&index, "shop.svc.clusterset.local."),
+            Some(Owner::Empty)
+        ));
+        assert!(find(&index, "other.svc.clusterset.local.").is_none());
+        assert!(find(&index, "x.clusterset.local.").is_none());
+        assert!(matches!(
+            index.lookup(&LowerName::from_str("example.org.").unwrap()),
+            Lookup::NotInZone
+        ));
+    }
+
+    #[test]
+    fn names_under_services() {
+        let index = demo_index(false);
+        let q = |n: &str| which(&index, &format!("{n}.shop.svc.clusterset.local."));
+        assert_eq!(q("web"), Some(ServiceName::Service));
+        assert_eq!(q("_http._tcp.web"), Some(ServiceName::Srv(0)));
+        assert_eq!(q("_tcp.web"), Some(ServiceName::Protocol));
+        assert_eq!(q("_http._udp.web"), None);
+        assert_eq!(q("_grpc._tcp.web"), None);
+        assert_eq!(q("east.web"), None, "reserved without cluster targeting");
+        let pod = |ip: &str| vec![ip.parse::<std::net::IpAddr>().unwrap()];
+        assert_eq!(
+            q("db-0.east.db"),
+            Some(ServiceName::Pod(0, pod("10.1.0.1")))
+        );
+        assert_eq!(
+            q("10-1-0-2.east.db"),
+            Some(ServiceName::Pod(0, pod("10.1.0.2")))
+        );
+        assert_eq!(
+            q("db-0.eu.west.db"),
+            Some(ServiceName::Pod(1, pod("10.2.0.1")))
+        );
+        assert_eq!(q("db-1.east.db"), None);
+        assert_eq!(q("db-0.west.db"), None);
+        assert_eq!(
+            q("db-0.east.web"),
+            None,
+            "no per-pod names for ClusterSetIP"
+        );
+
+        let targeted = demo_index(true);
+        let t = |n: &str| which(&targeted, &format!("{n}.shop.svc.clusterset.local."));
+        assert_eq!(t("east.web"), Some(ServiceName::Cluster(0)));
+        assert_eq!(t("eu.west.db"), Some(ServiceName::Cluster(1)));
+        assert_eq!(t("north.web"), None);
+    }
+
+    #[test]
+    fn cached_responses_follow_their_service_and_the_serial() {
+        let index = demo_index(false);
+        let web = Name::from_str("Web.shop.svc.clusterset.local.").unwrap();
+        let question = b"\x03Web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        index.store(&web, question, 0, Arc::from(&b"full"[..]));
+        index.store(&web, question, 512, Arc::from(&b"cut"[..]));
+        let lower = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        assert_eq!(
+            index.cached(&web, lower, 0).as_deref(),
+            Some(&b"full"[..]),
+            "any case"
+        );
+        assert_eq!(index.cached(&web, lower, 512).as_deref(), Some(&b"cut"[..]));
+        let mut other_type = *lower;
+        other_type[question.len() - 3] = 28;
+        assert!(
+            index.cached(&web, &other_type, 0).is_none(),
+            "type is part of the key"
+        );
+        // A new import for the service drops its responses; a commit drops the others.
+        let apex = Name::from_str("clusterset.local.").unwrap();
+        let soa_question = b"\x0aclusterset\x05local\x00\x00\x06\x00\x01";
+        index.store(&apex, soa_question, 0, Arc::from(&b"soa"[..]));
+        let web_key = ServiceKey::new("shop", "web");
+        let import = index.entry(b"web", b"shop").unwrap().import.clone();
+        index.update(&web_key, Some(import));
+        assert!(index.cached(&web, lower, 0).is_none());
+        assert!(index.cached(&apex, soa_question, 0).is_some());
+        index.commit();
+        assert!(index.cached(&apex, soa_question, 0).is_none());
+    }
+}
