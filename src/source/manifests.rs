@@ -729,12 +729,20 @@ fn parse_all<'a>(
     threads: usize,
 ) -> Vec<Result<Vec<Value>, String>> {
     let paths: Vec<&Path> = paths.collect();
+    if let [path] = paths[..] {
+        // One file (a hot reload): parse its documents on every thread instead.
+        return vec![read_documents(path, threads)];
+    }
     let per_thread = paths.len().div_ceil(threads.max(1)).max(1);
     std::thread::scope(|scope| {
         let workers: Vec<_> = paths
             .chunks(per_thread)
             .map(|part| {
-                scope.spawn(move || part.iter().map(|p| read_documents(p)).collect::<Vec<_>>())
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|p| read_documents(p, 1))
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
         workers
@@ -750,19 +758,73 @@ fn parse_all<'a>(
 /// Reads one file's documents: JSON (one value, or several in a row) or
 /// multi-document YAML. YAML goes through serde_yaml_ng, about three times
 /// faster than serde-saphyr on large `kubectl` dumps.
-fn read_documents(path: &Path) -> Result<Vec<Value>, String> {
+fn read_documents(path: &Path, threads: usize) -> Result<Vec<Value>, String> {
     let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     if path.extension().is_some_and(|e| e == "json") {
-        serde_json::Deserializer::from_str(&text)
+        return serde_json::Deserializer::from_str(&text)
             .into_iter::<Value>()
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("invalid JSON: {e}"))
-    } else {
-        serde_yaml_ng::Deserializer::from_str(&text)
-            .map(Value::deserialize)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("invalid YAML: {e}"))
+            .map_err(|e| format!("invalid JSON: {e}"));
     }
+    let parts = split_documents(&text, threads);
+    if parts.len() > 1 {
+        let parsed: Result<Vec<Vec<Value>>, String> = std::thread::scope(|scope| {
+            let workers: Vec<_> = parts
+                .iter()
+                .map(|part| scope.spawn(move || parse_yaml(part)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        // On an error, parse the whole text again: its line numbers are the file's.
+        if let Ok(parsed) = parsed {
+            return Ok(parsed.into_iter().flatten().collect());
+        }
+    }
+    parse_yaml(&text)
+}
+
+fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(Value::deserialize)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("invalid YAML: {e}"))
+}
+
+/// Below this size a YAML file is parsed on one thread.
+const SPLIT_MIN: usize = 256 << 10;
+
+/// `text` cut into about `parts` pieces at document markers (lines starting
+/// with `---` and a space or line end), which YAML forbids inside any scalar,
+/// so each piece parses alone to the same documents.
+fn split_documents(text: &str, parts: usize) -> Vec<&str> {
+    if parts < 2 || text.len() < SPLIT_MIN {
+        return vec![text];
+    }
+    let is_marker = |at: usize| {
+        let rest = &text.as_bytes()[at..];
+        rest.starts_with(b"---") && rest.get(3).is_none_or(|c| c.is_ascii_whitespace())
+    };
+    let mut pieces = Vec::with_capacity(parts);
+    let mut start = 0;
+    for k in 1..parts {
+        let target = text.len() * k / parts;
+        let cut = text[target.max(start)..]
+            .match_indices('\n')
+            .map(|(i, _)| target.max(start) + i + 1)
+            .find(|&at| at < text.len() && is_marker(at));
+        if let Some(cut) = cut {
+            pieces.push(&text[start..cut]);
+            start = cut;
+        }
+    }
+    pieces.push(&text[start..]);
+    pieces
 }
 
 /// Seconds since the Unix epoch.
@@ -783,6 +845,37 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn big_files_split_at_document_markers_parse_the_same() {
+        // Block scalars and a `----` line look like markers but are not.
+        let doc = |i: usize| {
+            format!(
+                "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s{i}\n  annotations:\n    note: |\n      ---\n      ----\n"
+            )
+        };
+        let text: String = (0..4000).map(doc).collect();
+        assert!(text.len() > SPLIT_MIN);
+        let parts = split_documents(&text, 3);
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts.concat(), text);
+        assert!(parts.iter().all(|p| p.starts_with("---\n")));
+        let whole = parse_yaml(&text).unwrap();
+        let split: Vec<Value> = parts.iter().flat_map(|p| parse_yaml(p).unwrap()).collect();
+        assert_eq!(split, whole);
+        assert_eq!(whole.len(), 4000);
+        assert_eq!(
+            whole[3999]["metadata"]["annotations"]["note"],
+            "---\n----\n"
+        );
+
+        // A syntax error is reported with the whole file's line number.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.yaml");
+        fs::write(&path, format!("{text}---\nkind: [unclosed\n")).unwrap();
+        let error = read_documents(&path, 2).unwrap_err();
+        assert!(error.contains(&format!("line {}", 4000 * 9 + 2)), "{error}");
+    }
     use crate::model::ServiceKind;
 
     fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
