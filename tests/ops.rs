@@ -84,52 +84,33 @@ async fn metrics_count_queries_and_reconciles() {
         ResponseCode::NXDomain
     );
     let body = get(ops, "/metrics").await.1;
-    assert_eq!(
-        value(
-            &body,
-            r#"clusterset_dns_dns_requests_total{proto="udp",type="A"}"#
+    let expected = [
+        (
+            r#"clusterset_dns_dns_requests_total{proto="udp",type="A"}"#,
+            3.0,
         ),
-        3.0
-    );
-    assert_eq!(
-        value(
-            &body,
-            r#"clusterset_dns_dns_responses_total{proto="udp",rcode="NOERROR"}"#
+        (
+            r#"clusterset_dns_dns_responses_total{proto="udp",rcode="NOERROR"}"#,
+            3.0,
         ),
-        3.0
-    );
-    assert_eq!(
-        value(
-            &body,
-            r#"clusterset_dns_dns_requests_total{proto="tcp",type="AAAA"}"#
+        (
+            r#"clusterset_dns_dns_requests_total{proto="tcp",type="AAAA"}"#,
+            1.0,
         ),
-        1.0
-    );
-    assert_eq!(
-        value(
-            &body,
-            r#"clusterset_dns_dns_responses_total{proto="tcp",rcode="NXDOMAIN"}"#
+        (
+            r#"clusterset_dns_dns_responses_total{proto="tcp",rcode="NXDOMAIN"}"#,
+            1.0,
         ),
-        1.0
-    );
-    assert_eq!(
-        value(
-            &body,
-            r#"clusterset_dns_dns_request_duration_seconds_count{proto="udp"}"#
+        (
+            r#"clusterset_dns_dns_request_duration_seconds_count{proto="udp"}"#,
+            3.0,
         ),
-        3.0
-    );
-    assert_eq!(
-        value(&body, r#"clusterset_dns_imports{type="ClusterSetIP"}"#),
-        1.0
-    );
-    assert_eq!(
-        value(
-            &body,
-            r#"clusterset_dns_vips_allocated{pool="243.0.0.0/8"}"#
-        ),
-        1.0
-    );
+        (r#"clusterset_dns_imports{type="ClusterSetIP"}"#, 1.0),
+        (r#"clusterset_dns_vips_allocated{pool="243.0.0.0/8"}"#, 1.0),
+    ];
+    for (series, count) in expected {
+        assert_eq!(value(&body, series), count, "{series}");
+    }
     let reconciles = value(&body, "clusterset_dns_reconciles_total");
     assert!(reconciles >= 1.0, "the first load is a reconcile");
 

@@ -156,7 +156,7 @@ impl Index {
 
     /// The records of `rtype` (`ANY`: all) at an existing name.
     pub fn records(&self, owner: &Owner, name: &Name, rtype: RecordType) -> Vec<Record> {
-        let wants = |t: RecordType| rtype == t || rtype == RecordType::ANY;
+        let wants = |t: RecordType| records::wants(rtype, t);
         match owner {
             Owner::Apex => {
                 let mut records = Vec::new();

@@ -123,7 +123,8 @@ fn port_number(import: &Import, index: usize) -> u16 {
     u16::try_from(import.ports[index].port).unwrap_or(0)
 }
 
-fn wants(asked: RecordType, rtype: RecordType) -> bool {
+/// Whether a question of type `asked` wants records of type `rtype`.
+pub(super) fn wants(asked: RecordType, rtype: RecordType) -> bool {
     asked == rtype || asked == RecordType::ANY
 }
 

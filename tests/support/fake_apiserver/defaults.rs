@@ -108,28 +108,14 @@ fn service(obj: &mut Value, alloc: &mut IpAlloc) {
     if spec["internalTrafficPolicy"].is_null() {
         spec["internalTrafficPolicy"] = json!("Cluster");
     }
-    let mut ips: Vec<String> = spec["clusterIPs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut ips = strings(&spec["clusterIPs"]);
     if ips.is_empty()
         && let Some(ip) = spec["clusterIP"].as_str().filter(|s| !s.is_empty())
     {
         ips.push(ip.to_string());
     }
     let headless = ips.first().is_some_and(|ip| ip == "None");
-    let mut families: Vec<String> = spec["ipFamilies"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut families = strings(&spec["ipFamilies"]);
     if headless {
         spec["clusterIP"] = json!("None");
         spec["clusterIPs"] = json!(["None"]);
@@ -159,4 +145,16 @@ fn service(obj: &mut Value, alloc: &mut IpAlloc) {
         });
     }
     spec["ipFamilies"] = json!(families);
+}
+
+/// The strings of a JSON array (none when it is absent or not an array).
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
