@@ -89,6 +89,12 @@ pub struct ClustersetArgs {
     /// [default: <DIR>/.clusterset-dns/vips.json].
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
+    /// Give ClusterSetIP imports clusterset VIPs, unless their ServiceExport's
+    /// `clusterset-dns.io/use-clusterset-ip` annotation says otherwise; without
+    /// VIPs a name resolves to the exporting clusters' own ClusterIPs.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
+    pub clusterset_ip: bool,
 }
 
 impl ClustersetArgs {
@@ -100,6 +106,8 @@ impl ClustersetArgs {
                 v4: self.vip_pool_v4,
                 v6: self.vip_pool_v6,
             },
+            clusterset_ip: self.clusterset_ip,
+            ..EngineSettings::default()
         }
     }
 
@@ -146,6 +154,66 @@ pub struct ServeArgs {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
           default_value_t = false, default_missing_value = "true", value_name = "BOOL")]
     pub cluster_targeting: bool,
+    /// Kubernetes mode.
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
+}
+
+/// Where the clusterset's state comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SourceKind {
+    /// The manifest directory (`--manifests`): embedded mode.
+    Manifests,
+    /// The local cluster's API server and a broker API server.
+    Kubernetes,
+}
+
+/// Flags of Kubernetes mode (`--source kubernetes`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Kubernetes mode")]
+pub struct KubernetesArgs {
+    /// Where the clusterset comes from.
+    #[arg(long, value_enum, default_value = "manifests", value_name = "SOURCE")]
+    pub source: SourceKind,
+    /// This cluster's id [default: the `cluster.clusterset.k8s.io` ClusterProperty].
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: Option<String>,
+    /// Kubeconfig of the local cluster [default: in-cluster config, else
+    /// `$KUBECONFIG` or `~/.kube/config`].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of `--kubeconfig` to use [default: its current context].
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Kubeconfig of the broker API server [default: the local cluster's].
+    #[arg(long, value_name = "FILE")]
+    pub broker_kubeconfig: Option<PathBuf>,
+    /// Context of `--broker-kubeconfig` to use.
+    #[arg(long, value_name = "NAME")]
+    pub broker_context: Option<String>,
+    /// Namespace on the broker holding the clusterset's shared state.
+    #[arg(long, default_value = "clusterset-broker", value_name = "NAMESPACE")]
+    pub broker_namespace: String,
+    /// Namespace of the leader Lease in the local cluster (only its holder writes).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "clusterset-dns",
+        value_name = "NAMESPACE"
+    )]
+    pub lease_namespace: String,
+    /// Seconds a leader Lease lasts without renewal.
+    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    pub lease_duration: u64,
+    /// This replica's name in the Lease [default: `$POD_NAME` or the host name, plus a random suffix].
+    #[arg(long, value_name = "NAME")]
+    pub identity: Option<String>,
+    /// Put pod IPs in the EndpointSlices of ClusterIP services, unless their
+    /// ServiceExport's `clusterset-dns.io/use-pod-ips` annotation says
+    /// otherwise; without, they carry the Service's ClusterIPs.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
+    pub pod_ips: bool,
 }
 
 /// Output format of `status`.

@@ -540,7 +540,8 @@ mod tests {
         let err = parse_with("listn: x\n", &["serve", "--config", "FILE"]).unwrap_err();
         assert!(err.contains("unknown key \"listn\"; allowed: "), "{err}");
         assert!(err.contains("listen, "), "{err}");
-        assert!(!err.contains("config,"), "{err}");
+        let allowed = err.split("allowed: ").nth(1).unwrap_or_default();
+        assert!(!allowed.trim().split(", ").any(|k| k == "config"), "{err}");
         let err = parse_with("ttl: five\n", &["serve", "--config", "FILE"]).unwrap_err();
         assert!(err.contains(": ttl: invalid value \"five\""), "{err}");
         let err = parse_with("log-format: yaml\n", &["serve", "--config", "FILE"]).unwrap_err();

@@ -61,6 +61,11 @@ pub const LABEL_MCS_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-nam
 pub const LABEL_SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 /// Label that ties a plain Kubernetes EndpointSlice to its Service.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// ServiceExport annotation (`"true"`/`"false"`): give the import clusterset VIPs.
+pub const ANNOTATION_CLUSTERSET_IP: &str = "clusterset-dns.io/use-clusterset-ip";
+/// ServiceExport annotation (`"true"`/`"false"`): EndpointSlices of a ClusterIP
+/// service carry pod IPs (else the Service's ClusterIPs).
+pub const ANNOTATION_POD_IPS: &str = "clusterset-dns.io/use-pod-ips";
 
 /// A port of a ServiceImport (`ServicePort` without target/node ports).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -115,7 +120,8 @@ macro_rules! mcs_version {
             use std::collections::BTreeMap;
 
             /// Marks the Service of the same namespace and name for export to the clusterset.
-            #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+            /// `spec` may be absent (most exports have nothing to say).
+            #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
             #[kube(group = "multicluster.x-k8s.io", version = $name, kind = "ServiceExport",
                    namespaced, status = "ServiceExportStatus", shortname = "svcex",
                    doc = "Declares that the Service of the same namespace and name is to be consumable from the other clusters of the clusterset.")]
@@ -127,6 +133,26 @@ macro_rules! mcs_version {
                 /// Annotations to carry onto the ServiceImport.
                 #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
                 pub exported_annotations: BTreeMap<String, String>,
+            }
+
+            impl<'de> Deserialize<'de> for ServiceExportSpec {
+                fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                    #[derive(Deserialize)]
+                    #[serde(rename_all = "camelCase")]
+                    struct Fields {
+                        #[serde(default)]
+                        exported_labels: BTreeMap<String, String>,
+                        #[serde(default)]
+                        exported_annotations: BTreeMap<String, String>,
+                    }
+                    // A missing or null `spec` reads as an empty one.
+                    Ok(Option::<Fields>::deserialize(d)?
+                        .map(|f| Self {
+                            exported_labels: f.exported_labels,
+                            exported_annotations: f.exported_annotations,
+                        })
+                        .unwrap_or_default())
+                }
             }
 
             /// The aggregated view of a service exported by one or more clusters.

@@ -1,7 +1,8 @@
 //! clusterset-dns: a Multi-Cluster Services (KEP-1645) reconciler and the
 //! authoritative DNS server for `clusterset.local`, in one binary.
 //!
-//! Data flows one way: [`source`] → [`engine`] → [`index`] → [`dns`].
+//! Data flows one way: [`source`] (or [`kubernetes`]) → [`engine`] → [`index`] → [`dns`];
+//! in Kubernetes mode the engine's results are also written back.
 
 pub mod cli;
 pub mod config_file;
@@ -10,6 +11,7 @@ pub mod dns;
 pub mod engine;
 pub mod http;
 pub mod index;
+pub mod kubernetes;
 pub mod metrics;
 pub mod model;
 pub mod serve;

@@ -47,6 +47,10 @@ pub struct Metrics {
     problems: IntGauge,
     sync_age: GaugeVec,
     synced_at: Mutex<BTreeMap<String, Instant>>,
+    watch_restarts: IntCounterVec,
+    watch_errors: IntCounterVec,
+    api_writes: IntCounterVec,
+    leader: IntGauge,
 }
 
 /// Requests, responses and durations of DNS queries.
@@ -175,6 +179,43 @@ impl Metrics {
                 ),
             ),
             synced_at: Mutex::default(),
+            watch_restarts: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "watch_restarts_total",
+                        "Kubernetes watches that had to list again (410 Gone, API server restart), by API server and resource.",
+                    ),
+                    &["source", "resource"],
+                ),
+            ),
+            watch_errors: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "watch_errors_total",
+                        "Kubernetes watch failures (retried with backoff), by API server and resource.",
+                    ),
+                    &["source", "resource"],
+                ),
+            ),
+            api_writes: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "api_writes_total",
+                        "Writes to Kubernetes API servers by kind and result (created, updated, deleted, conflict: retried after a re-read, error: retried with backoff).",
+                    ),
+                    &["kind", "result"],
+                ),
+            ),
+            leader: register(
+                &registry,
+                IntGauge::with_opts(opts(
+                    "leader",
+                    "1 while this replica holds the leader Lease (and writes), else 0.",
+                )),
+            ),
             registry,
         }
     }
@@ -214,10 +255,39 @@ impl Metrics {
     /// Records that a source completed a sync now, with its current problem count.
     pub fn source_synced(&self, source: &str, problems: usize) {
         self.problems.set(gauge(problems));
+        self.mark_synced(source);
+    }
+
+    /// Records that `source` (a manifest directory, an API server) is in sync now.
+    pub fn mark_synced(&self, source: &str) {
         self.synced_at
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(source.to_owned(), Instant::now());
+    }
+
+    /// Counts a watch that listed again after its first sync.
+    pub fn watch_restarted(&self, source: &str, resource: &str) {
+        self.watch_restarts
+            .with_label_values(&[source, resource])
+            .inc();
+    }
+
+    /// Counts a failed watch request.
+    pub fn watch_failed(&self, source: &str, resource: &str) {
+        self.watch_errors
+            .with_label_values(&[source, resource])
+            .inc();
+    }
+
+    /// Counts a write to an API server.
+    pub fn api_write(&self, kind: &str, result: &str) {
+        self.api_writes.with_label_values(&[kind, result]).inc();
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// The longest time since any source synced (None before any sync).
@@ -252,7 +322,7 @@ impl Default for Metrics {
     }
 }
 
-const ALL_REASONS: [ConflictReason; 9] = [
+const ALL_REASONS: [ConflictReason; 10] = [
     ConflictReason::PortConflict,
     ConflictReason::TypeConflict,
     ConflictReason::SessionAffinityConflict,
@@ -262,6 +332,7 @@ const ALL_REASONS: [ConflictReason; 9] = [
     ConflictReason::InternalTrafficPolicyConflict,
     ConflictReason::TrafficDistributionConflict,
     ConflictReason::IPFamilyConflict,
+    ConflictReason::ClusterSetIPConflict,
 ];
 
 fn gauge(n: usize) -> i64 {

@@ -133,6 +133,12 @@ pub struct ExportInfo {
     pub labels: BTreeMap<String, String>,
     /// `spec.exportedAnnotations`.
     pub annotations: BTreeMap<String, String>,
+    /// Whether the import gets clusterset VIPs (the export's
+    /// `clusterset-dns.io/use-clusterset-ip` annotation; unset: the global default).
+    pub clusterset_ip: Option<bool>,
+    /// Whether EndpointSlices of a ClusterIP service carry pod IPs rather than
+    /// the Service's ClusterIPs (`clusterset-dns.io/use-pod-ips`; unset: the global default).
+    pub pod_ips: Option<bool>,
 }
 
 /// What a cluster's Service says, reduced to what an import needs.
@@ -214,13 +220,30 @@ pub enum Change {
     Upsert(ClusterId, ServiceKey, Object),
     /// The object is gone.
     Delete(ClusterId, ServiceKey, ObjectRef),
+    /// The clusterset agreed on these VIPs for the service (Kubernetes mode:
+    /// read from the broker; empty: none yet, or released).
+    Vips(ServiceKey, Vec<IpAddr>),
 }
 
 impl Change {
     /// The service this change touches.
     pub fn service(&self) -> &ServiceKey {
         match self {
-            Change::Upsert(_, key, _) | Change::Delete(_, key, _) => key,
+            Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => key,
+        }
+    }
+
+    /// The change that undoes this one's fact: the delete of an upserted
+    /// object, no VIPs for VIPs; `None` for a delete.
+    pub fn retraction(&self) -> Option<Change> {
+        match self {
+            Change::Upsert(cluster, key, object) => Some(Change::Delete(
+                cluster.clone(),
+                key.clone(),
+                object.reference(),
+            )),
+            Change::Vips(key, _) => Some(Change::Vips(key.clone(), Vec::new())),
+            Change::Delete(..) => None,
         }
     }
 }

@@ -14,11 +14,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::cli::{ClustersetArgs, ServeArgs};
+use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
 use crate::dns::DnsServer;
 use crate::engine::Engine;
 use crate::http::{self, Health};
 use crate::index::Index;
+use crate::kubernetes;
 use crate::metrics::Metrics;
 use crate::model::Change;
 use crate::source::manifests::ManifestSource;
@@ -61,6 +62,15 @@ impl Reconciler {
             state_file: outputs.as_ref().map(|_| path),
             outputs,
         })
+    }
+
+    /// A reconciler for Kubernetes mode: VIPs come from the broker, nothing is saved locally.
+    pub fn in_cluster(settings: crate::engine::EngineSettings, outputs: Outputs) -> Self {
+        Self {
+            engine: Engine::new(settings),
+            outputs: Some(outputs),
+            state_file: None,
+        }
     }
 
     /// Applies one batch of changes (a completed sync of the source).
@@ -158,15 +168,21 @@ impl Running {
 }
 
 /// Binds the DNS sockets and the operations listener, then loads the
-/// manifest directory in the background and keeps following it (SERVFAIL
-/// until the first load is done).
+/// manifest directory (or connects to the Kubernetes API servers) in the
+/// background and keeps following it (SERVFAIL until the first sync is done).
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let manifests = &args.clusterset.manifests;
-    anyhow::ensure!(
-        manifests.is_dir(),
-        "manifest directory {} does not exist (see --manifests)",
-        manifests.display()
-    );
+    let connection = match args.kubernetes.source {
+        SourceKind::Manifests => {
+            anyhow::ensure!(
+                manifests.is_dir(),
+                "manifest directory {} does not exist (see --manifests)",
+                manifests.display()
+            );
+            None
+        }
+        SourceKind::Kubernetes => Some(kubernetes::connect(&args.kubernetes).await?),
+    };
     let index = Arc::new(Index::new(
         args.zone.clone(),
         args.ttl,
@@ -183,7 +199,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
-    info!(listen = %dns_addr, zone = %args.zone, manifests = %manifests.display(), "answering DNS (SERVFAIL until the first sync)");
+    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, "answering DNS (SERVFAIL until the first sync)");
     let health = Arc::new(Health {
         index: index.clone(),
         metrics: metrics.clone(),
@@ -194,13 +210,26 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         index: index.clone(),
         metrics,
     };
-    let reconcile = follow_manifests(args.clusterset, outputs);
     let shutdown = dns.shutdown_token();
+    let mut reconcile: Task = match connection {
+        None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
+        Some(connection) => Box::pin(kubernetes::follow(
+            connection,
+            args.kubernetes,
+            args.clusterset,
+            outputs,
+            shutdown.clone(),
+        )),
+    };
     let task = tokio::spawn(async move {
         // DNS ends only on shutdown; the others end only on errors.
         tokio::select! {
-            stopped = dns.run() => stopped,
-            failed = async { tokio::try_join!(reconcile, operations).map(|_| ()) } => failed,
+            stopped = dns.run() => {
+                // Let the source wrap up (the leader Lease is released there).
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut reconcile).await;
+                stopped
+            }
+            failed = async { tokio::try_join!(&mut reconcile, operations).map(|_| ()) } => failed,
         }
     });
     Ok(Running {
@@ -234,8 +263,13 @@ async fn operations_listener(
 /// A task that runs for the life of the server.
 type Task = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
 
-/// Loads the manifest directory, then applies every rescan the watcher reports.
-async fn follow_manifests(clusterset: ClustersetArgs, outputs: Outputs) -> anyhow::Result<()> {
+/// Loads the manifest directory, then applies every rescan the watcher
+/// reports until `shutdown`.
+async fn follow_manifests(
+    clusterset: ClustersetArgs,
+    outputs: Outputs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let metrics = outputs.metrics.clone();
     let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
     let (mut reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -248,12 +282,17 @@ async fn follow_manifests(clusterset: ClustersetArgs, outputs: Outputs) -> anyho
     })
     .await??;
     metrics.source_synced(MANIFESTS, watcher.problems().len());
-    while let Some(batch) = rx.recv().await {
+    loop {
+        let batch = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            batch = rx.recv() => batch,
+        };
+        let Some(batch) = batch else { break };
         reconciler.apply(batch);
         metrics.source_synced(MANIFESTS, watcher.problems().len());
     }
     warn!("manifest watcher stopped; serving the last state");
-    Ok(())
+    std::future::pending().await
 }
 
 /// Serves DNS for the clusterset in the manifest directory until SIGTERM or

@@ -58,8 +58,15 @@ pub struct Import {
     pub ip_families: Vec<IpFamily>,
     /// `ip_families` less what the local cluster does not support; DNS serves these.
     pub local_families: Vec<IpFamily>,
-    /// VIPs ordered like `ip_families` (ClusterSetIP only; set by the allocator).
+    /// Whether the import has clusterset VIPs (from the oldest export).
+    pub clusterset_ip: bool,
+    /// VIPs ordered like `ip_families` (ClusterSetIP with `clusterset_ip` only;
+    /// set by the engine).
     pub vips: Vec<IpAddr>,
+    /// What the service name resolves to for a ClusterSetIP import, in the
+    /// local families: the VIPs, or without VIPs the exporting clusters'
+    /// ClusterIPs, local cluster first (set by the engine).
+    pub addresses: Vec<IpAddr>,
     /// From the oldest export.
     pub session_affinity: String,
     /// From the oldest export.
@@ -123,12 +130,18 @@ struct Candidate<'a> {
     slices: &'a BTreeMap<Box<str>, Arc<SliceInfo>>,
 }
 
-/// Aggregates one service's inputs; `local_families` are the families the
-/// local cluster supports.
-pub fn aggregate(
-    inputs: &BTreeMap<ClusterId, ClusterInputs>,
-    local_families: &[IpFamily],
-) -> Aggregate {
+/// The settings an aggregation depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy<'a> {
+    /// The families the local cluster supports.
+    pub local_families: &'a [IpFamily],
+    /// Whether exports without the VIP annotation get clusterset VIPs.
+    pub clusterset_ip: bool,
+}
+
+/// Aggregates one service's inputs.
+pub fn aggregate(inputs: &BTreeMap<ClusterId, ClusterInputs>, policy: &Policy<'_>) -> Aggregate {
+    let local_families = policy.local_families;
     let mut exports = Vec::new();
     let mut valid = Vec::new();
     for (cluster, input) in inputs {
@@ -174,6 +187,7 @@ pub fn aggregate(
             &families,
             left_out.contains(candidate.cluster),
             type_,
+            policy.clusterset_ip,
         ));
     }
     exports.sort_by(|a, b| a.cluster.cmp(&b.cluster));
@@ -207,7 +221,9 @@ pub fn aggregate(
         ports,
         ip_families: families,
         local_families,
+        clusterset_ip: export.clusterset_ip.unwrap_or(policy.clusterset_ip),
         vips: Vec::new(),
+        addresses: Vec::new(),
         session_affinity: svc.session_affinity.clone(),
         session_affinity_config: svc.session_affinity_config.clone(),
         internal_traffic_policy: svc.internal_traffic_policy.clone(),
@@ -285,9 +301,11 @@ fn export_status(
     families: &[IpFamily],
     left_out: bool,
     type_: ImportType,
+    clusterset_ip: bool,
 ) -> ExportStatus {
     let (mine, theirs) = (candidate.service, oldest.service);
-    let checks: [(ConflictReason, bool, String); 8] = [
+    let vips = |e: &ExportInfo| e.clusterset_ip.unwrap_or(clusterset_ip);
+    let checks: [(ConflictReason, bool, String); 9] = [
         (
             ConflictReason::PortConflict,
             same_ports(&mine.ports, &theirs.ports),
@@ -329,6 +347,15 @@ fn export_status(
             format!(
                 "trafficDistribution {}",
                 theirs.traffic_distribution.as_deref().unwrap_or("unset")
+            ),
+        ),
+        (
+            ConflictReason::ClusterSetIPConflict,
+            vips(candidate.export) == vips(oldest.export),
+            format!(
+                "{} {}",
+                crate::crd::ANNOTATION_CLUSTERSET_IP,
+                vips(oldest.export)
             ),
         ),
     ];
@@ -465,7 +492,23 @@ pub(crate) mod tests {
             age: ExportAge { created, seq: 0 },
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            clusterset_ip: None,
+            pod_ips: None,
         }
+    }
+
+    /// Aggregates with VIPs on by default.
+    fn aggregate(
+        inputs: &BTreeMap<ClusterId, ClusterInputs>,
+        local_families: &[IpFamily],
+    ) -> Aggregate {
+        super::aggregate(
+            inputs,
+            &Policy {
+                local_families,
+                clusterset_ip: true,
+            },
+        )
     }
 
     pub(crate) fn slice(endpoints: &[(&str, Option<&str>, bool)]) -> Arc<SliceInfo> {

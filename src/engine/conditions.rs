@@ -25,6 +25,8 @@ pub enum ConflictReason {
     TrafficDistributionConflict,
     /// No IP family in common with the older exports: left out of the import.
     IPFamilyConflict,
+    /// The clusterset VIP setting (annotation or global flag) differs.
+    ClusterSetIPConflict,
 }
 
 impl fmt::Display for ConflictReason {

@@ -13,9 +13,19 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::model::{Change, ClusterId, ImportType, IpFamily, Object, ObjectRef, ServiceKey};
-pub use aggregate::{Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster};
+pub use aggregate::{Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster, Policy};
 use conditions::ConflictReason;
 use vip::{VipAllocator, VipPools};
+
+/// Who decides which VIP an import gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VipSource {
+    /// The engine's own allocator (one instance sees the whole clusterset).
+    #[default]
+    Allocate,
+    /// The clusterset, through [`Change::Vips`] (Kubernetes mode: the broker).
+    Assigned,
+}
 
 /// Settings the engine needs from the command line.
 #[derive(Clone, Debug)]
@@ -24,6 +34,13 @@ pub struct EngineSettings {
     pub local_families: Vec<IpFamily>,
     /// Where VIPs come from.
     pub pools: VipPools,
+    /// Whether imports get clusterset VIPs when their exports do not say.
+    pub clusterset_ip: bool,
+    /// Who picks VIPs.
+    pub vip_source: VipSource,
+    /// The cluster this instance runs in (its ClusterIPs come first when an
+    /// import has no VIPs); `None` outside a cluster.
+    pub local_cluster: Option<ClusterId>,
 }
 
 impl Default for EngineSettings {
@@ -31,6 +48,9 @@ impl Default for EngineSettings {
         Self {
             local_families: vec![IpFamily::IPv4, IpFamily::IPv6],
             pools: VipPools::default(),
+            clusterset_ip: true,
+            vip_source: VipSource::Allocate,
+            local_cluster: None,
         }
     }
 }
@@ -73,6 +93,9 @@ impl Stats {
 #[derive(Debug)]
 pub struct Engine {
     local_families: Vec<IpFamily>,
+    clusterset_ip: bool,
+    vip_source: VipSource,
+    local_cluster: Option<ClusterId>,
     stats: Stats,
     inputs: HashMap<ServiceKey, BTreeMap<ClusterId, ClusterInputs>>,
     results: HashMap<ServiceKey, Aggregate>,
@@ -84,6 +107,9 @@ impl Engine {
     pub fn new(settings: EngineSettings) -> Self {
         Self {
             local_families: settings.local_families,
+            clusterset_ip: settings.clusterset_ip,
+            vip_source: settings.vip_source,
+            local_cluster: settings.local_cluster,
             stats: Stats::default(),
             inputs: HashMap::new(),
             results: HashMap::new(),
@@ -121,8 +147,12 @@ impl Engine {
             .collect()
     }
 
-    /// Releases VIPs restored from a saved state that no import claimed.
+    /// Releases VIPs restored from a saved state that no import claimed
+    /// (VIPs assigned by the clusterset are the clusterset's to release).
     pub fn release_unclaimed_vips(&mut self) {
+        if self.vip_source == VipSource::Assigned {
+            return;
+        }
         let results = &self.results;
         self.vips
             .retain(|k| results.get(k).is_some_and(|r| r.import.is_some()));
@@ -141,6 +171,16 @@ impl Engine {
     /// The aggregate of a service, if it has any export.
     pub fn get(&self, key: &ServiceKey) -> Option<&Aggregate> {
         self.results.get(key)
+    }
+
+    /// What every cluster said about a service.
+    pub fn inputs(&self, key: &ServiceKey) -> Option<&BTreeMap<ClusterId, ClusterInputs>> {
+        self.inputs.get(key)
+    }
+
+    /// Every service some cluster said something about.
+    pub fn keys(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.inputs.keys()
     }
 
     /// Every service with at least one export, sorted by key.
@@ -173,6 +213,11 @@ impl Engine {
                 if let Some(old) = old {
                     let new = addresses(entry, &old.0);
                     self.remark(&old.1, &new.1);
+                }
+            }
+            Change::Vips(key, ips) => {
+                for (holder, ip) in self.vips.assign(&key, &ips) {
+                    warn!(service = %key, %ip, holder = %holder, "the broker gives one VIP to two services");
                 }
             }
             Change::Delete(cluster, key, reference) => {
@@ -217,20 +262,38 @@ impl Engine {
         if let Some(old) = self.results.get(key) {
             self.stats.count(old, false);
         }
+        let allocate = self.vip_source == VipSource::Allocate;
         let Some(inputs) = self.inputs.get(key) else {
             self.results.remove(key);
-            self.vips.release(key);
+            if allocate {
+                self.vips.release(key);
+            }
             return None;
         };
-        let mut result = aggregate::aggregate(inputs, &self.local_families);
+        let policy = Policy {
+            local_families: &self.local_families,
+            clusterset_ip: self.clusterset_ip,
+        };
+        let mut result = aggregate::aggregate(inputs, &policy);
         match &mut result.import {
             Some(import) if import.type_ == ImportType::ClusterSetIP => {
-                match self.vips.ensure(key, &import.ip_families) {
-                    Ok(vips) => Arc::make_mut(import).vips = vips,
-                    Err(e) => warn!(service = %key, error = %e, "no VIP for the import"),
+                let import = Arc::make_mut(import);
+                if !import.clusterset_ip {
+                    if allocate {
+                        self.vips.release(key);
+                    }
+                } else if allocate {
+                    match self.vips.ensure(key, &import.ip_families) {
+                        Ok(vips) => import.vips = vips,
+                        Err(e) => warn!(service = %key, error = %e, "no VIP for the import"),
+                    }
+                } else {
+                    import.vips = self.vips.held(key, &import.ip_families);
                 }
+                import.addresses = served_addresses(import, self.local_cluster.as_ref());
             }
-            _ => self.vips.release(key),
+            _ if allocate => self.vips.release(key),
+            _ => {}
         }
         let import = result.import.clone();
         if result.exports.is_empty() {
@@ -241,6 +304,24 @@ impl Engine {
         }
         import
     }
+}
+
+/// What a ClusterSetIP import's name resolves to: its local VIPs, or without
+/// VIPs every exporting cluster's ClusterIPs in the local families, the local
+/// cluster's first.
+fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Vec<IpAddr> {
+    if import.clusterset_ip {
+        return import.local_vips().collect();
+    }
+    let mut clusters: Vec<&ImportCluster> = import.clusters.iter().collect();
+    clusters.sort_by_key(|c| Some(&c.cluster) != local);
+    let mut addresses: Vec<IpAddr> = Vec::new();
+    for ip in clusters.iter().flat_map(|c| &c.cluster_ips) {
+        if import.local_families.contains(&IpFamily::of(ip)) && !addresses.contains(ip) {
+            addresses.push(*ip);
+        }
+    }
+    addresses
 }
 
 /// The addresses an object of `entry` holds (Service cluster IPs or slice endpoints).

@@ -138,6 +138,50 @@ impl VipAllocator {
             .collect()
     }
 
+    /// The VIPs `key` holds, in `families` order (skipping families it has none of).
+    pub fn held(&self, key: &ServiceKey, families: &[IpFamily]) -> Vec<IpAddr> {
+        let held = self.held.get(key);
+        families
+            .iter()
+            .filter_map(|f| held.and_then(|h| h.get(f)).copied())
+            .collect()
+    }
+
+    /// The service holding `ip`, if any.
+    pub fn holder(&self, ip: &IpAddr) -> Option<&ServiceKey> {
+        self.owner.get(ip)
+    }
+
+    /// Makes `ips` (at most one per family) exactly the VIPs of `key`, as
+    /// decided elsewhere. Returns the addresses another key held, which move.
+    pub fn assign(&mut self, key: &ServiceKey, ips: &[IpAddr]) -> Vec<(ServiceKey, IpAddr)> {
+        self.release(key);
+        let mut moved = Vec::new();
+        for ip in ips {
+            if let Some(holder) = self.owner.get(ip).cloned() {
+                self.release_family(&holder, IpFamily::of(ip));
+                moved.push((holder, *ip));
+            }
+            self.take(key.clone(), IpFamily::of(ip), *ip);
+        }
+        moved
+    }
+
+    /// The addresses to try, in order, when `key` needs a VIP of `family`:
+    /// from its hash-derived place in the pool onwards, skipping addresses
+    /// clusters use (what other clusters hold is for the caller to find out).
+    pub fn candidates(
+        &self,
+        key: &ServiceKey,
+        family: IpFamily,
+    ) -> impl Iterator<Item = IpAddr> + '_ {
+        let span = PoolSpan::of(self.pools.pool(family));
+        let start = u128::from(stable_hash(key, family)) % span.size;
+        (0..span.size)
+            .map(move |step| span.address((start + step) % span.size))
+            .filter(|ip| !self.in_use_by_clusters.contains_key(ip))
+    }
+
     /// Releases every VIP of `key`.
     pub fn release(&mut self, key: &ServiceKey) {
         if let Some(held) = self.held.remove(key) {
@@ -232,16 +276,14 @@ impl VipAllocator {
 
     fn find_free(&self, key: &ServiceKey, family: IpFamily) -> Result<IpAddr, PoolExhausted> {
         let pool = self.pools.pool(family);
-        let span = PoolSpan::of(pool);
         let busy = self.owner.len() + self.in_use_by_clusters.len();
-        if span.size <= busy as u128 {
+        if PoolSpan::of(pool).size <= busy as u128 {
             return Err(PoolExhausted { pool });
         }
-        let start = u128::from(stable_hash(key, family)) % span.size;
-        // At most `busy` addresses are taken, so a free one is found within busy + 1 steps.
-        (0..=busy as u128)
-            .map(|step| span.address((start + step) % span.size))
-            .find(|ip| !self.owner.contains_key(ip) && !self.in_use_by_clusters.contains_key(ip))
+        // At most `busy` addresses are taken, so a free one is found within busy + 1 candidates.
+        self.candidates(key, family)
+            .take(busy + 1)
+            .find(|ip| !self.owner.contains_key(ip))
             .ok_or(PoolExhausted { pool })
     }
 }

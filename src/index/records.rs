@@ -31,7 +31,7 @@ pub fn service_records(
     match which {
         ServiceName::Service => {
             match import.type_ {
-                ImportType::ClusterSetIP => addresses(&mut import.local_vips()),
+                ImportType::ClusterSetIP => addresses(&mut import.addresses.iter().copied()),
                 ImportType::Headless => {
                     addresses(&mut local_endpoints(import).map(|(_, ip, _)| ip))
                 }

@@ -68,6 +68,24 @@ pub enum ConvertError {
         /// The offending value.
         ip: String,
     },
+    /// An object this controller wrote on the broker that cannot be read back.
+    #[error("{object}: {what}")]
+    BadRecord {
+        /// `Kind name`.
+        object: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A boolean annotation whose value is neither `true` nor `false`.
+    #[error("{object}: annotation {annotation} must be \"true\" or \"false\", not {value:?}")]
+    BadSwitch {
+        /// `ServiceExport namespace/name`.
+        object: String,
+        /// The annotation.
+        annotation: &'static str,
+        /// The offending value.
+        value: String,
+    },
     /// An `ipFamilies` entry other than `IPv4` / `IPv6`.
     #[error("{object}: unknown IP family {family:?} in spec.ipFamilies")]
     BadIpFamily {
@@ -212,10 +230,29 @@ pub fn service_export(
         },
         None => observed,
     };
+    let switch = |annotation: &'static str| -> Result<Option<bool>, ConvertError> {
+        let value = export
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotation));
+        match value.map(String::as_str) {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(other) => Err(ConvertError::BadSwitch {
+                object: format!("ServiceExport {namespace}/{name}"),
+                annotation,
+                value: other.to_owned(),
+            }),
+        }
+    };
     let info = ExportInfo {
         age,
         labels: export.spec.exported_labels.clone(),
         annotations: export.spec.exported_annotations.clone(),
+        clusterset_ip: switch(crd::ANNOTATION_CLUSTERSET_IP)?,
+        pod_ips: switch(crd::ANNOTATION_POD_IPS)?,
     };
     Ok((ServiceKey::new(namespace, name), Object::Export(info)))
 }
@@ -240,6 +277,16 @@ pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), Con
         .and_then(|l| l.get(LABEL_SERVICE_NAME))
         .filter(|s| !s.is_empty())
         .ok_or_else(|| ConvertError::MissingServiceName { object: object() })?;
+    let info = slice_endpoints(slice, &object())?;
+    Ok((
+        ServiceKey::new(namespace, service),
+        Object::Slice(name.into(), Arc::new(info)),
+    ))
+}
+
+/// The endpoints of an EndpointSlice; errors name it as `object`.
+pub fn slice_endpoints(slice: &EndpointSlice, object: &str) -> Result<SliceInfo, ConvertError> {
+    let object = || object.to_owned();
     let family = match slice.address_type.as_str() {
         "IPv4" => IpFamily::IPv4,
         "IPv6" => IpFamily::IPv6,
@@ -277,10 +324,7 @@ pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), Con
             ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
         });
     }
-    Ok((
-        ServiceKey::new(namespace, service),
-        Object::Slice(name.into(), Arc::new(SliceInfo { endpoints })),
-    ))
+    Ok(SliceInfo { endpoints })
 }
 
 #[cfg(test)]

@@ -635,7 +635,7 @@ impl ManifestSource {
     fn convert(
         &mut self,
         kind: Kind,
-        mut value: Value,
+        value: Value,
         ident: Option<&Ident>,
         now: i64,
     ) -> Result<Converted, String> {
@@ -656,12 +656,6 @@ impl ManifestSource {
                 convert::endpoint_slice(&slice)
             }
             Kind::ServiceExport => {
-                // `spec` is optional in practice (an export with no exported labels).
-                if let Some(map) = value.as_object_mut()
-                    && map.get("spec").is_none_or(Value::is_null)
-                {
-                    map.insert("spec".into(), Value::Object(Map::new()));
-                }
                 let export: crd::v1alpha1::ServiceExport =
                     serde_json::from_value(value).map_err(typed_err)?;
                 let observed = match ident {
@@ -839,6 +833,7 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
     match change {
         Change::Delete(cluster, key, r) => (cluster, key, r.clone(), false),
         Change::Upsert(cluster, key, obj) => (cluster, key, obj.reference(), true),
+        Change::Vips(..) => unreachable!("manifests carry no VIP agreements"),
     }
 }
 
@@ -901,6 +896,7 @@ mod tests {
             .map(|c| match c {
                 Change::Upsert(cl, k, o) => format!("U {cl} {k} {}", r(&o.reference())),
                 Change::Delete(cl, k, o) => format!("D {cl} {k} {}", r(o)),
+                Change::Vips(k, ips) => format!("V {k} {ips:?}"),
             })
             .collect()
     }

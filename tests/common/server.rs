@@ -218,7 +218,17 @@ async fn wait_answering(binary: &mut Binary) -> Result<(), String> {
 
 /// Polls `probe` until it returns `expected` (at most [`RELOAD_DEADLINE`]);
 /// panics with the last value otherwise.
-pub async fn eventually<T, F, Fut>(what: &str, expected: T, mut probe: F)
+pub async fn eventually<T, F, Fut>(what: &str, expected: T, probe: F)
+where
+    T: PartialEq + std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    eventually_within(RELOAD_DEADLINE, what, expected, probe).await;
+}
+
+/// [`eventually`] with another deadline.
+pub async fn eventually_within<T, F, Fut>(limit: Duration, what: &str, expected: T, mut probe: F)
 where
     T: PartialEq + std::fmt::Debug,
     F: FnMut() -> Fut,
@@ -231,8 +241,8 @@ where
             return;
         }
         assert!(
-            start.elapsed() < RELOAD_DEADLINE,
-            "{what}: still {got:?} after {RELOAD_DEADLINE:?}, expected {expected:?}"
+            start.elapsed() < limit,
+            "{what}: still {got:?} after {limit:?}, expected {expected:?}"
         );
         tokio::time::sleep(POLL).await;
     }

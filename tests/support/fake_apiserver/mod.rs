@@ -14,7 +14,7 @@
 //! # Resources
 //!
 //! Pre-registered: `namespaces` (cluster-scoped, with `default`, `kube-system`,
-//! `kube-public`, `kube-node-lease` present), `services`, `discovery.k8s.io/v1`
+//! `kube-public`, `kube-node-lease` present), `services`, `configmaps`, `discovery.k8s.io/v1`
 //! `endpointslices`, `coordination.k8s.io/v1` `leases`,
 //! `multicluster.x-k8s.io` `serviceexports` and `serviceimports` (served at
 //! `v1alpha1` **and** `v1beta1` from one storage, status subresource, CRD
@@ -269,8 +269,9 @@ impl FakeApiServer {
         }
     }
 
-    /// Writes an object as given, by its `apiVersion`/`kind`: created if missing,
-    /// otherwise overwritten (including `.status`, without resourceVersion check).
+    /// Writes an object as given, by its `apiVersion`/`kind`: created if missing
+    /// (keeping a given `creationTimestamp`, to backdate it), otherwise
+    /// overwritten (including `.status`, without resourceVersion check).
     pub fn put_raw(&self, obj: Value) -> Result<Value, ApiError> {
         self.shared.store.lock().unwrap().put(obj)
     }

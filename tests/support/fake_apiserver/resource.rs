@@ -128,6 +128,7 @@ impl ResourceType {
             ResourceType::namespaced("", "v1", "services", "Service")
                 .with_status()
                 .with_short_names(&["svc"]),
+            ResourceType::namespaced("", "v1", "configmaps", "ConfigMap").with_short_names(&["cm"]),
             ResourceType::namespaced("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
             ResourceType::namespaced("coordination.k8s.io", "v1", "leases", "Lease"),
             ResourceType::namespaced(MCS, "v1alpha1", "serviceexports", "ServiceExport")

@@ -590,7 +590,10 @@ impl Store {
         let meta = meta_mut(&mut obj);
         meta.insert("name".into(), Value::String(name));
         meta.insert("uid".into(), Value::String(uid));
-        meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+        // The back door may backdate an object; the API never lets clients set this.
+        if !(admin && meta.get("creationTimestamp").is_some_and(Value::is_string)) {
+            meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+        }
         meta.insert("generation".into(), json!(1));
         for f in [
             "resourceVersion",

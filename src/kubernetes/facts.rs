@@ -1,0 +1,217 @@
+//! Turns a kube-rs watcher's events into [`Change`]s: each object stands for
+//! a few facts; an event reports the facts that appeared and retracts the
+//! ones that went. A relist (after a `410 Gone` or a restart) is diffed against
+//! what was known, so nothing is lost or reported twice.
+
+use std::collections::HashMap;
+
+use kube::Resource;
+use kube::runtime::watcher::Event;
+use tracing::warn;
+
+use crate::model::Change;
+
+/// Reads the facts of one object; an error names the object and says why.
+pub type Reader<K> = Box<dyn Fn(&K) -> Result<Vec<Change>, String> + Send + Sync>;
+
+/// The facts known for each object of one watch.
+pub struct Facts<K> {
+    read: Reader<K>,
+    known: HashMap<String, Vec<Change>>,
+    relist: Option<HashMap<String, Vec<Change>>>,
+}
+
+/// What one watcher event meant.
+#[derive(Debug, Default, PartialEq)]
+pub struct Delta {
+    /// Facts retracted then asserted, in order.
+    pub changes: Vec<Change>,
+    /// Whether this event ended a (re)list: the watch is in sync.
+    pub synced: bool,
+}
+
+impl<K: Resource> Facts<K> {
+    /// A tracker reading objects with `read`.
+    pub fn new(read: Reader<K>) -> Self {
+        Self {
+            read,
+            known: HashMap::new(),
+            relist: None,
+        }
+    }
+
+    /// The changes one watcher event makes.
+    pub fn on_event(&mut self, event: Event<K>) -> Delta {
+        let mut delta = Delta::default();
+        match event {
+            Event::Apply(object) => {
+                let id = id(&object);
+                if let Some(new) = self.read(&object) {
+                    let old = self.known.remove(&id).unwrap_or_default();
+                    diff(&old, &new, &mut delta.changes);
+                    self.known.insert(id, new);
+                }
+            }
+            Event::Delete(object) => {
+                let old = self.known.remove(&id(&object)).unwrap_or_default();
+                diff(&old, &[], &mut delta.changes);
+            }
+            Event::Init => self.relist = Some(HashMap::new()),
+            Event::InitApply(object) => {
+                let id = id(&object);
+                // A broken object keeps the facts it had before the relist.
+                let facts = self
+                    .read(&object)
+                    .or_else(|| self.known.get(&id).cloned())
+                    .unwrap_or_default();
+                self.relist.get_or_insert_default().insert(id, facts);
+            }
+            Event::InitDone => {
+                let fresh = self.relist.take().unwrap_or_default();
+                for (id, old) in &self.known {
+                    if !fresh.contains_key(id) {
+                        diff(old, &[], &mut delta.changes);
+                    }
+                }
+                for (id, new) in &fresh {
+                    let old = self.known.get(id).map(Vec::as_slice).unwrap_or_default();
+                    diff(old, new, &mut delta.changes);
+                }
+                self.known = fresh;
+                delta.synced = true;
+            }
+        }
+        delta
+    }
+
+    fn read(&self, object: &K) -> Option<Vec<Change>> {
+        (self.read)(object)
+            .inspect_err(|error| warn!(%error, "ignoring an object that cannot be read"))
+            .ok()
+    }
+}
+
+fn id<K: Resource>(object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Retracts what `old` asserted and `new` does not, then asserts what is new.
+fn diff(old: &[Change], new: &[Change], out: &mut Vec<Change>) {
+    for fact in old {
+        let retraction = fact.retraction();
+        let replaced = new.iter().any(|n| n.retraction() == retraction);
+        if !replaced {
+            out.extend(retraction);
+        }
+    }
+    out.extend(new.iter().filter(|n| !old.contains(n)).cloned());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Object, ObjectRef, ServiceKey};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::net::IpAddr;
+
+    /// A ConfigMap `name` whose `data.ip` is the VIP of service `ns/name`.
+    fn object(name: &str, ip: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("ip".to_owned(), ip.to_owned())].into()),
+            ..ConfigMap::default()
+        }
+    }
+
+    fn tracker() -> Facts<ConfigMap> {
+        Facts::new(Box::new(|cm: &ConfigMap| {
+            let ip = &cm.data.as_ref().unwrap()["ip"];
+            let ip: IpAddr = ip.parse().map_err(|_| format!("bad ip {ip}"))?;
+            let key = ServiceKey::new("ns", cm.metadata.name.as_deref().unwrap());
+            Ok(vec![Change::Vips(key, vec![ip])])
+        }))
+    }
+
+    fn vips(name: &str, ips: &[&str]) -> Change {
+        Change::Vips(
+            ServiceKey::new("ns", name),
+            ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+        )
+    }
+
+    #[test]
+    fn events_assert_and_retract() {
+        let mut facts = tracker();
+        let d = facts.on_event(Event::Apply(object("a", "10.0.0.1")));
+        assert_eq!(d.changes, vec![vips("a", &["10.0.0.1"])]);
+        // The same fact again is no change; a new value replaces without a retraction.
+        assert!(
+            facts
+                .on_event(Event::Apply(object("a", "10.0.0.1")))
+                .changes
+                .is_empty()
+        );
+        let d = facts.on_event(Event::Apply(object("a", "10.0.0.2")));
+        assert_eq!(d.changes, vec![vips("a", &["10.0.0.2"])]);
+        // A broken object keeps its facts.
+        assert!(
+            facts
+                .on_event(Event::Apply(object("a", "nope")))
+                .changes
+                .is_empty()
+        );
+        let d = facts.on_event(Event::Delete(object("a", "10.0.0.2")));
+        assert_eq!(d.changes, vec![vips("a", &[])]);
+    }
+
+    #[test]
+    fn a_relist_reports_only_the_difference() {
+        let mut facts = tracker();
+        for event in [
+            Event::Init,
+            Event::InitApply(object("a", "10.0.0.1")),
+            Event::InitApply(object("b", "10.0.0.2")),
+        ] {
+            assert!(facts.on_event(event).changes.is_empty());
+        }
+        let d = facts.on_event(Event::InitDone);
+        assert!(d.synced);
+        assert_eq!(d.changes.len(), 2);
+        // After a 410: `a` went, `b` is unchanged, `c` is new.
+        facts.on_event(Event::Init);
+        facts.on_event(Event::InitApply(object("b", "10.0.0.2")));
+        facts.on_event(Event::InitApply(object("c", "10.0.0.3")));
+        let d = facts.on_event(Event::InitDone);
+        assert_eq!(d.changes, vec![vips("a", &[]), vips("c", &["10.0.0.3"])]);
+    }
+
+    #[test]
+    fn retractions_of_objects_are_deletes() {
+        let key = ServiceKey::new("ns", "svc");
+        let upsert = Change::Upsert(
+            "east".into(),
+            key.clone(),
+            Object::Slice("s".into(), Default::default()),
+        );
+        let mut out = Vec::new();
+        diff(std::slice::from_ref(&upsert), &[], &mut out);
+        assert_eq!(
+            out,
+            vec![Change::Delete(
+                "east".into(),
+                key,
+                ObjectRef::Slice("s".into())
+            )]
+        );
+    }
+}

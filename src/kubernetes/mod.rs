@@ -1,0 +1,662 @@
+//! Kubernetes mode: the local cluster's API server and a broker API server
+//! are the source, and this cluster's share of the clusterset is written back.
+//!
+//! Every replica watches (kube-rs watchers with reflector caches) the local
+//! ServiceExports, Services and EndpointSlices, and the broker's export
+//! records, VIP records and EndpointSlices of every cluster; each event becomes
+//! [`Change`]s for the same engine and DNS index as embedded mode, so answers
+//! follow every event. The replica holding the leader Lease also writes (see
+//! [`writer`]): this cluster's exports to the broker, VIP claims, and the local
+//! ServiceImports, mirrored EndpointSlices and ServiceExport conditions.
+
+pub mod facts;
+pub mod lease;
+pub mod objects;
+pub mod owned;
+pub mod queue;
+pub mod vip_claims;
+pub mod writer;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Config, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cli::{ClustersetArgs, KubernetesArgs};
+use crate::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::engine::{EngineSettings, VipSource};
+use crate::metrics::Metrics;
+use crate::model::{Change, ClusterId, ExportAge, Object, ServiceKey};
+use crate::serve::{Outputs, Reconciler};
+use crate::source::convert;
+use facts::{Facts, Reader};
+use lease::Candidate;
+use objects::Role;
+use owned::Owned;
+use queue::WorkQueue;
+use writer::{Caches, Writer, WriterSettings};
+
+/// Writers working on different services at once.
+const WORKERS: usize = 8;
+/// Every service is checked again this often, to repair drift.
+const RESYNC: Duration = Duration::from_secs(60);
+/// A healthy watch counts as in sync this often, even when nothing changes.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Longest wait before a failed service is written again.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The API servers of Kubernetes mode, connected.
+pub struct Connection {
+    /// The local cluster.
+    pub local: Client,
+    /// The broker.
+    pub broker: Client,
+    /// This cluster's id.
+    pub cluster: ClusterId,
+}
+
+/// Connects to the local cluster and the broker and finds this cluster's id.
+pub async fn connect(args: &KubernetesArgs) -> anyhow::Result<Connection> {
+    let local = client(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
+        .context("cannot reach the local cluster")?;
+    let broker = match &args.broker_kubeconfig {
+        Some(path) => client(Some(path), args.broker_context.as_deref())
+            .await
+            .context("cannot reach the broker")?,
+        None => local.clone(),
+    };
+    let cluster = match &args.cluster_id {
+        Some(id) => id.clone(),
+        None => cluster_property(&local).await?,
+    };
+    Ok(Connection {
+        local,
+        broker,
+        cluster: cluster.into(),
+    })
+}
+
+async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Client> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None if context.is_some() => Config::from_kubeconfig(&options).await?,
+        None => Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// The `cluster.clusterset.k8s.io` ClusterProperty (KEP-2149).
+async fn cluster_property(client: &Client) -> anyhow::Result<String> {
+    let gvk = GroupVersionKind::gvk("about.k8s.io", "v1alpha1", "ClusterProperty");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "clusterproperties");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let property = api
+        .get_opt("cluster.clusterset.k8s.io")
+        .await
+        .context("cannot read the cluster.clusterset.k8s.io ClusterProperty; set --cluster-id")?
+        .context("no cluster.clusterset.k8s.io ClusterProperty; set --cluster-id")?;
+    property.data["spec"]["value"]
+        .as_str()
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+        .context("ClusterProperty cluster.clusterset.k8s.io has no spec.value")
+}
+
+/// Events of one watch, reduced to changes.
+struct Batch {
+    resource: &'static str,
+    changes: Vec<Change>,
+    synced: bool,
+}
+
+/// Everything the watches and writers share.
+struct Controller {
+    connection: Connection,
+    args: KubernetesArgs,
+    metrics: Arc<Metrics>,
+    queue: Arc<WorkQueue>,
+    state: Arc<Mutex<Reconciler>>,
+    tasks: JoinSet<()>,
+    batches: mpsc::UnboundedSender<Batch>,
+    /// Global default of the VIP switch.
+    clusterset_ip: bool,
+}
+
+/// Follows the local cluster and the broker until `shutdown`, feeding
+/// `outputs`, and writes while this replica leads; releases the Lease on the way out.
+pub async fn follow(
+    connection: Connection,
+    args: KubernetesArgs,
+    clusterset: ClustersetArgs,
+    outputs: Outputs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let metrics = outputs.metrics.clone();
+    let index = outputs.index.clone();
+    let settings = EngineSettings {
+        vip_source: VipSource::Assigned,
+        local_cluster: Some(connection.cluster.clone()),
+        ..clusterset.engine_settings()
+    };
+    let (batches, mut incoming) = mpsc::unbounded_channel();
+    let mut ctx = Controller {
+        connection,
+        args,
+        metrics: metrics.clone(),
+        queue: Arc::new(WorkQueue::default()),
+        state: Arc::new(Mutex::new(Reconciler::in_cluster(settings, outputs))),
+        tasks: JoinSet::new(),
+        batches,
+        clusterset_ip: clusterset.clusterset_ip,
+    };
+    let caches = ctx.watch_all();
+    let fact_sources: HashSet<&'static str> = FACT_SOURCES.into_iter().collect();
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let (leading_tx, leading_rx) = watch::channel(false);
+    ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
+    ctx.resync_when_leading(caches, synced_rx, leading_rx);
+    let candidate = Candidate::new(
+        ctx.connection.local.clone(),
+        &ctx.args.lease_namespace,
+        ctx.args
+            .identity
+            .clone()
+            .unwrap_or_else(lease::default_identity),
+        Duration::from_secs(ctx.args.lease_duration.max(3)),
+    );
+    let campaign = {
+        let metrics = metrics.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { candidate.run(leading_tx, shutdown, &metrics).await })
+    };
+    info!(cluster = %ctx.connection.cluster, "following the local cluster and the broker");
+
+    let mut waiting = fact_sources;
+    loop {
+        let first = tokio::select! {
+            () = shutdown.cancelled() => break,
+            batch = incoming.recv() => match batch {
+                Some(batch) => batch,
+                None => break,
+            },
+        };
+        let mut changes = Vec::new();
+        let mut batch = Some(first);
+        while let Some(b) = batch.take().or_else(|| incoming.try_recv().ok()) {
+            if b.synced {
+                waiting.remove(b.resource);
+            }
+            changes.extend(b.changes);
+        }
+        let keys: Vec<ServiceKey> = changes.iter().map(|c| c.service().clone()).collect();
+        {
+            let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !*synced_tx.borrow() && waiting.is_empty() {
+                state.apply_initial(changes);
+                info!(services = index.len(), "first sync done");
+                synced_tx.send_replace(true);
+            } else {
+                state.apply(changes);
+            }
+        }
+        for key in keys {
+            ctx.queue.add(key);
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), campaign).await;
+    ctx.tasks.abort_all();
+    Ok(())
+}
+
+/// The watches whose events are facts for the engine (the first sync waits for all).
+const FACT_SOURCES: [&str; 5] = [
+    "services",
+    "serviceexports",
+    "endpointslices",
+    "broker/serviceimports",
+    "broker/endpointslices",
+];
+
+impl Controller {
+    /// Starts every watch; returns the caches the writers compare against.
+    fn watch_all(&mut self) -> Caches {
+        let cluster = self.connection.cluster.clone();
+        let local = self.connection.local.clone();
+        let broker = self.connection.broker.clone();
+        let broker_ns = self.args.broker_namespace.clone();
+        let labelled = watcher::Config::default().labels(crate::crd::LABEL_SERVICE_NAME);
+
+        let me = cluster.clone();
+        self.facts::<Service>(
+            Api::all(local.clone()),
+            watcher::Config::default(),
+            "services",
+            None,
+            None,
+            Box::new(move |svc| {
+                let (key, object) = convert::service(svc).map_err(|e| e.to_string())?;
+                Ok(vec![Change::Upsert(me.clone(), key, object)])
+            }),
+        );
+
+        let me = cluster.clone();
+        let (local_exports, writer) = reflector::store();
+        self.facts::<ServiceExport>(
+            Api::all(local.clone()),
+            watcher::Config::default(),
+            "serviceexports",
+            Some(writer),
+            None,
+            Box::new(move |export| {
+                let observed = ExportAge { created: 0, seq: 0 };
+                let (key, object) =
+                    convert::service_export(export, observed).map_err(|e| e.to_string())?;
+                Ok(vec![Change::Upsert(me.clone(), key, object)])
+            }),
+        );
+
+        let me = cluster.clone();
+        self.facts::<EndpointSlice>(
+            Api::all(local.clone()),
+            labelled,
+            "endpointslices",
+            None,
+            None,
+            Box::new(move |slice| {
+                if convert::is_imported_slice(slice) {
+                    return Ok(Vec::new());
+                }
+                let (key, object) = convert::endpoint_slice(slice).map_err(|e| e.to_string())?;
+                Ok(vec![Change::Upsert(me.clone(), key, object)])
+            }),
+        );
+
+        let me = cluster.clone();
+        let (broker_imports, writer) = reflector::store();
+        self.facts::<ServiceImport>(
+            Api::namespaced(broker.clone(), &broker_ns),
+            watcher::Config::default(),
+            "broker/serviceimports",
+            Some(writer),
+            None,
+            Box::new(move |record| match objects::role(record) {
+                Some(Role::Export) => {
+                    let (key, from, export, service) =
+                        objects::read_export_record(record).map_err(|e| e.to_string())?;
+                    if from == me {
+                        return Ok(Vec::new());
+                    }
+                    Ok(vec![
+                        Change::Upsert(from.clone(), key.clone(), Object::Export(export)),
+                        Change::Upsert(from, key, Object::Service(Arc::new(service))),
+                    ])
+                }
+                Some(Role::Import) => {
+                    let Some((key, _)) = objects::labelled_service(&record.metadata) else {
+                        return Err(format!(
+                            "VIP record {} has no service labels",
+                            record.name_any()
+                        ));
+                    };
+                    Ok(vec![Change::Vips(key, objects::record_vips(record))])
+                }
+                None => Ok(Vec::new()),
+            }),
+        );
+
+        let me = cluster.clone();
+        let (broker_slices, writer) = reflector::store();
+        let broker_owned = Arc::new(Owned::default());
+        let mine = cluster.clone();
+        self.facts::<EndpointSlice>(
+            Api::namespaced(broker.clone(), &broker_ns),
+            watcher::Config::default(),
+            "broker/endpointslices",
+            Some(writer),
+            Some((
+                broker_owned.clone(),
+                Box::new(move |s: &EndpointSlice| source_cluster(s) == Some(&*mine)),
+            )),
+            Box::new(move |slice| {
+                if source_cluster(slice) == Some(&*me) {
+                    return Ok(Vec::new());
+                }
+                let (key, from, info) = objects::read_slice(slice).map_err(|e| e.to_string())?;
+                Ok(vec![Change::Upsert(
+                    from,
+                    key,
+                    Object::Slice(slice.name_any().into(), info),
+                )])
+            }),
+        );
+
+        let (local_imports, writer) = reflector::store();
+        self.cache::<ServiceImport>(
+            Api::all(local.clone()),
+            objects::MANAGED_SELECTOR,
+            "local/serviceimports",
+            writer,
+            None,
+        );
+        let (local_slices, writer) = reflector::store();
+        let local_owned = Arc::new(Owned::default());
+        self.cache::<EndpointSlice>(
+            Api::all(local.clone()),
+            objects::MANAGED_SLICES_SELECTOR,
+            "local/endpointslices",
+            writer,
+            Some((local_owned.clone(), Box::new(|_: &EndpointSlice| true))),
+        );
+        let (namespaces, writer) = reflector::store();
+        self.watch_namespaces(Api::all(local), writer);
+        Caches {
+            broker_imports,
+            broker_slices,
+            broker_owned,
+            local_imports,
+            local_slices,
+            local_owned,
+            local_exports,
+            namespaces,
+        }
+    }
+
+    /// A watch whose objects are facts (and optionally cached and owned).
+    fn facts<K>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &'static str,
+        cache: Option<reflector::store::Writer<K>>,
+        owned: Option<OwnedFilter<K>>,
+        read: Reader<K>,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let mut facts = Facts::new(read);
+        let batches = self.batches.clone();
+        let queue = self.queue.clone();
+        self.spawn_watch(api, config, resource, cache, move |event| {
+            if let Some((owned, mine)) = &owned
+                && let Some(key) = owned.on_event(&event, mine)
+            {
+                queue.add(key);
+            }
+            let delta = facts.on_event(event);
+            if !delta.changes.is_empty() || delta.synced {
+                let _ = batches.send(Batch {
+                    resource,
+                    changes: delta.changes,
+                    synced: delta.synced,
+                });
+            }
+        });
+    }
+
+    /// A watch of objects this controller writes: cached; a change queues its service.
+    fn cache<K>(
+        &mut self,
+        api: Api<K>,
+        selector: &str,
+        resource: &'static str,
+        cache: reflector::store::Writer<K>,
+        owned: Option<OwnedFilter<K>>,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let queue = self.queue.clone();
+        let config = watcher::Config::default().labels(selector);
+        self.spawn_watch(api, config, resource, Some(cache), move |event| {
+            let key = match &owned {
+                Some((owned, mine)) => owned.on_event(&event, mine),
+                None => match &event {
+                    Event::Apply(o) | Event::Delete(o) => objects::labelled_service(o.meta())
+                        .map(|(k, _)| k)
+                        .or_else(|| {
+                            let meta = o.meta();
+                            Some(ServiceKey::new(
+                                meta.namespace.as_deref()?,
+                                meta.name.as_deref()?,
+                            ))
+                        }),
+                    _ => None,
+                },
+            };
+            if let Some(key) = key {
+                queue.add(key);
+            }
+        });
+    }
+
+    /// Namespaces, cached; a namespace appearing queues its services.
+    fn watch_namespaces(
+        &mut self,
+        api: Api<Namespace>,
+        cache: reflector::store::Writer<Namespace>,
+    ) {
+        let queue = self.queue.clone();
+        let state = self.state.clone();
+        self.spawn_watch(
+            api,
+            watcher::Config::default(),
+            "namespaces",
+            Some(cache),
+            move |event| {
+                if let Event::Apply(ns) = event {
+                    let name = ns.name_any();
+                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    for key in state.engine().keys().filter(|k| *k.namespace == *name) {
+                        queue.add(key.clone());
+                    }
+                }
+            },
+        );
+    }
+
+    fn spawn_watch<K>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &'static str,
+        cache: Option<reflector::store::Writer<K>>,
+        mut on_event: impl FnMut(Event<K>) + Send + 'static,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let metrics = self.metrics.clone();
+        let source = match resource.split_once('/') {
+            Some(("broker", rest)) => format!("broker/{rest}"),
+            Some((_, rest)) => format!("{}/{rest}", self.connection.cluster),
+            None => format!("{}/{resource}", self.connection.cluster),
+        };
+        self.tasks.spawn(async move {
+            let events = watcher::watcher(api, config).default_backoff();
+            let mut events = match cache {
+                Some(writer) => events.reflect(writer).boxed(),
+                None => events.boxed(),
+            };
+            let (mut listed, mut healthy) = (false, false);
+            let mut heartbeat = tokio::time::interval(HEARTBEAT);
+            loop {
+                let event = tokio::select! {
+                    event = events.next() => event,
+                    _ = heartbeat.tick() => {
+                        if healthy {
+                            metrics.mark_synced(&source);
+                        }
+                        continue;
+                    }
+                };
+                match event {
+                    Some(Ok(event)) => {
+                        match event {
+                            Event::Init if listed => metrics.watch_restarted(&source, resource),
+                            Event::InitDone => (listed, healthy) = (true, true),
+                            _ => {}
+                        }
+                        if listed && healthy {
+                            metrics.mark_synced(&source);
+                        }
+                        on_event(event);
+                    }
+                    Some(Err(error)) => {
+                        healthy = false;
+                        metrics.watch_failed(&source, resource);
+                        warn!(%source, error = %error, "watch failed; retrying");
+                    }
+                    None => break,
+                }
+            }
+        });
+    }
+
+    /// Workers that write queued services while this replica leads.
+    fn start_writers(
+        &mut self,
+        caches: Caches,
+        synced: watch::Receiver<bool>,
+        leading: watch::Receiver<bool>,
+    ) {
+        let settings = WriterSettings {
+            cluster: self.connection.cluster.clone(),
+            broker_namespace: self.args.broker_namespace.clone(),
+            clusterset_ip: self.clusterset_ip,
+            pod_ips: self.args.pod_ips,
+        };
+        let writer = Arc::new(Writer::new(
+            settings,
+            self.connection.local.clone(),
+            self.connection.broker.clone(),
+            caches,
+            self.state.clone(),
+            self.metrics.clone(),
+        ));
+        let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
+        for _ in 0..WORKERS {
+            let (writer, queue, failures) = (writer.clone(), self.queue.clone(), failures.clone());
+            let (mut synced, mut leading) = (synced.clone(), leading.clone());
+            self.tasks.spawn(async move {
+                loop {
+                    if synced.wait_for(|s| *s).await.is_err() || leading.wait_for(|l| *l).await.is_err() {
+                        return;
+                    }
+                    let key = queue.next().await;
+                    let result = writer.sync(&key).await;
+                    queue.done(&key);
+                    let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+                    match result {
+                        Ok(()) => {
+                            failures.remove(&key);
+                        }
+                        Err(error) => {
+                            let n = failures.entry(key.clone()).or_default();
+                            *n += 1;
+                            let delay = (Duration::from_millis(20) * 2u32.pow((*n).min(10))).min(MAX_BACKOFF);
+                            warn!(service = %key, error = %error, retry_in = ?delay, "cannot write; will retry");
+                            let queue = queue.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(delay).await;
+                                queue.add(key);
+                            });
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// Queues every service when this replica becomes the leader, and every
+    /// [`RESYNC`] while it leads.
+    fn resync_when_leading(
+        &mut self,
+        caches: Caches,
+        mut synced: watch::Receiver<bool>,
+        mut leading: watch::Receiver<bool>,
+    ) {
+        let (queue, state, metrics) =
+            (self.queue.clone(), self.state.clone(), self.metrics.clone());
+        let cluster = self.connection.cluster.clone();
+        self.tasks.spawn(async move {
+            if synced.wait_for(|s| *s).await.is_err() {
+                return;
+            }
+            loop {
+                if leading.wait_for(|l| *l).await.is_err() {
+                    return;
+                }
+                metrics.set_leader(true);
+                let mut keys: HashSet<ServiceKey> = {
+                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    state.engine().keys().cloned().collect()
+                };
+                keys.extend(caches.broker_owned.keys());
+                keys.extend(caches.local_owned.keys());
+                keys.extend(caches.local_imports.state().iter().filter_map(|i| {
+                    Some(ServiceKey::new(
+                        i.metadata.namespace.as_deref()?,
+                        i.metadata.name.as_deref()?,
+                    ))
+                }));
+                keys.extend(own_records(&caches.broker_imports, &cluster));
+                for key in keys {
+                    queue.add(key);
+                }
+                tokio::select! {
+                    _ = leading.wait_for(|l| !*l) => metrics.set_leader(false),
+                    () = tokio::time::sleep(RESYNC) => {}
+                }
+            }
+        });
+    }
+}
+
+/// Decides which objects of a watch are this cluster's, for an [`Owned`] index.
+type OwnedFilter<K> = (Arc<Owned>, Box<dyn Fn(&K) -> bool + Send + Sync>);
+
+fn source_cluster(slice: &EndpointSlice) -> Option<&str> {
+    slice
+        .metadata
+        .labels
+        .as_ref()?
+        .get(crate::crd::LABEL_SOURCE_CLUSTER)
+        .map(String::as_str)
+}
+
+/// Services this cluster has export records for on the broker.
+fn own_records(records: &Store<ServiceImport>, cluster: &str) -> Vec<ServiceKey> {
+    records
+        .state()
+        .iter()
+        .filter_map(|r| objects::labelled_service(&r.metadata))
+        .filter(|(_, from)| from.as_deref() == Some(cluster))
+        .map(|(key, _)| key)
+        .collect()
+}

@@ -1,0 +1,608 @@
+//! Writes what the engine decided for one service, level-triggered: the
+//! desired objects are computed from the engine's current state, compared with
+//! the watch caches, and only differences are written, each with the
+//! `resourceVersion` it was compared against (a `Conflict` means someone else
+//! wrote first: the service is queued again and recomputed).
+//!
+//! Per service, this cluster writes:
+//! - to the broker: its export record and EndpointSlices (while it exports
+//!   validly), and the VIP record and claims (see [`super::vip_claims`]);
+//! - locally: the ServiceImport and the EndpointSlices mirrored from the other
+//!   clusters (while the import exists and the namespace does), and the
+//!   ServiceExport's conditions.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, Time};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::objects::{self, LABEL_MANAGED_BY, MANAGER};
+use super::owned::Owned;
+use super::vip_claims::{ClaimError, VipClaims, is_code};
+use crate::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
+use crate::crd::{ClusterStatus, ServiceImportStatus};
+use crate::engine::conditions::Condition;
+use crate::engine::{Aggregate, ClusterInputs, Import};
+use crate::metrics::Metrics;
+use crate::model::{ClusterId, Endpoint, ImportType, IpFamily, ServiceKey, ServiceKind};
+use crate::serve::Reconciler;
+
+/// How many VIP candidates per family a claim round tries.
+const CANDIDATES: usize = 64;
+
+/// Watch caches of what the writer compares against.
+#[derive(Clone)]
+pub struct Caches {
+    /// ServiceImports in the broker namespace (export and VIP records).
+    pub broker_imports: Store<ServiceImport>,
+    /// EndpointSlices in the broker namespace.
+    pub broker_slices: Store<EndpointSlice>,
+    /// This cluster's slices on the broker, by service.
+    pub broker_owned: Arc<Owned>,
+    /// ServiceImports this controller wrote in the local cluster.
+    pub local_imports: Store<ServiceImport>,
+    /// EndpointSlices this controller wrote in the local cluster.
+    pub local_slices: Store<EndpointSlice>,
+    /// The same, by service.
+    pub local_owned: Arc<Owned>,
+    /// The local cluster's ServiceExports.
+    pub local_exports: Store<ServiceExport>,
+    /// The local cluster's namespaces.
+    pub namespaces: Store<Namespace>,
+}
+
+/// Settings of the writer.
+#[derive(Clone)]
+pub struct WriterSettings {
+    /// This cluster's id.
+    pub cluster: ClusterId,
+    /// The broker namespace.
+    pub broker_namespace: String,
+    /// Global default of the VIP switch.
+    pub clusterset_ip: bool,
+    /// Global default of the pod-IP switch.
+    pub pod_ips: bool,
+}
+
+/// Writes services to the local cluster and the broker.
+pub struct Writer {
+    settings: WriterSettings,
+    local: Client,
+    broker: Client,
+    claims: VipClaims,
+    caches: Caches,
+    state: Arc<Mutex<Reconciler>>,
+    metrics: Arc<Metrics>,
+}
+
+/// What the engine knows of one service, copied out of its lock.
+struct Snapshot {
+    inputs: BTreeMap<ClusterId, ClusterInputs>,
+    aggregate: Option<Aggregate>,
+    candidates: HashMap<IpFamily, Vec<IpAddr>>,
+}
+
+/// Why a service could not be written (it is queued again).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// An API server failed or refused.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// VIPs could not be settled.
+    #[error(transparent)]
+    Vips(#[from] ClaimError),
+}
+
+impl Writer {
+    /// A writer over the given clients, caches and engine.
+    pub fn new(
+        settings: WriterSettings,
+        local: Client,
+        broker: Client,
+        caches: Caches,
+        state: Arc<Mutex<Reconciler>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let claims = VipClaims::new(broker.clone(), &settings.broker_namespace);
+        Self {
+            settings,
+            local,
+            broker,
+            claims,
+            caches,
+            state,
+            metrics,
+        }
+    }
+
+    /// Brings everything this cluster writes for `key` in line with the engine.
+    pub async fn sync(&self, key: &ServiceKey) -> Result<(), WriteError> {
+        let snapshot = self.snapshot(key);
+        self.broker_export(key, &snapshot).await?;
+        self.broker_slices(key, &snapshot).await?;
+        self.vips(key, &snapshot).await?;
+        let import = snapshot
+            .aggregate
+            .as_ref()
+            .and_then(|a| a.import.as_deref());
+        let namespace_exists = self
+            .caches
+            .namespaces
+            .get(&ObjectRef::new(&key.namespace))
+            .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none());
+        let import = import.filter(|_| namespace_exists);
+        self.local_import(key, import).await?;
+        self.local_slices(key, import, &snapshot).await?;
+        self.export_status(key, &snapshot).await?;
+        Ok(())
+    }
+
+    fn snapshot(&self, key: &ServiceKey) -> Snapshot {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let engine = state.engine();
+        let aggregate = engine.get(key).cloned();
+        let needs: Vec<IpFamily> = aggregate
+            .as_ref()
+            .and_then(|a| a.import.as_deref())
+            .filter(|i| i.type_ == ImportType::ClusterSetIP && i.clusterset_ip)
+            .map(|i| i.ip_families.clone())
+            .unwrap_or_default();
+        let vips = engine.vips();
+        let candidates = needs
+            .into_iter()
+            .map(|family| {
+                let free = vips
+                    .candidates(key, family)
+                    .filter(|ip| vips.holder(ip).is_none_or(|h| h == key))
+                    .take(CANDIDATES)
+                    .collect();
+                (family, free)
+            })
+            .collect();
+        Snapshot {
+            inputs: engine.inputs(key).cloned().unwrap_or_default(),
+            aggregate,
+            candidates,
+        }
+    }
+
+    /// This cluster's valid export of `key`: its ServiceExport and Service.
+    fn local_export<'a>(
+        &self,
+        snapshot: &'a Snapshot,
+    ) -> Option<(
+        &'a crate::model::ExportInfo,
+        &'a crate::model::ServiceInfo,
+        &'a ClusterInputs,
+    )> {
+        let inputs = snapshot.inputs.get(&self.settings.cluster)?;
+        let service = inputs.service.as_deref()?;
+        (service.kind != ServiceKind::ExternalName).then_some(())?;
+        Some((inputs.export.as_ref()?, service, inputs))
+    }
+
+    async fn broker_export(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+        let cluster = &self.settings.cluster;
+        let name = objects::export_record_name(key, cluster);
+        let desired = self.local_export(snapshot).map(|(export, service, _)| {
+            objects::export_record(
+                key,
+                cluster,
+                export,
+                service,
+                self.settings.clusterset_ip,
+                self.settings.pod_ips,
+            )
+        });
+        let actual = self
+            .caches
+            .broker_imports
+            .get(&ObjectRef::new(&name).within(&self.settings.broker_namespace));
+        let api = Api::namespaced(self.broker.clone(), &self.settings.broker_namespace);
+        self.ensure(&api, &name, desired, actual, |d, a| {
+            d.spec == a.spec && d.annotations() == a.annotations()
+        })
+        .await
+    }
+
+    async fn broker_slices(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+        let cluster = &self.settings.cluster;
+        let mut desired: BTreeMap<String, EndpointSlice> = BTreeMap::new();
+        if let Some((export, service, inputs)) = self.local_export(snapshot) {
+            let pod_ips = export.pod_ips.unwrap_or(self.settings.pod_ips);
+            let copies: Vec<(String, Vec<Endpoint>)> =
+                if service.kind == ServiceKind::ClusterIp && !pod_ips {
+                    // One slice per family holding the Service's ClusterIP.
+                    service
+                        .cluster_ips
+                        .iter()
+                        .map(|ip| {
+                            let endpoint = Endpoint {
+                                address: *ip,
+                                hostname: None,
+                                ready: true,
+                            };
+                            (format!("clusterip-{}", IpFamily::of(ip)), vec![endpoint])
+                        })
+                        .collect()
+                } else {
+                    inputs
+                        .slices
+                        .iter()
+                        .filter(|(_, s)| !s.endpoints.is_empty())
+                        .map(|(name, s)| (name.to_string(), s.endpoints.clone()))
+                        .collect()
+                };
+            for (source, endpoints) in copies {
+                let name = objects::broker_slice_name(key, cluster, &source);
+                let mut slice = objects::slice_object(
+                    name.clone(),
+                    None,
+                    key,
+                    cluster,
+                    &endpoints,
+                    &service.ports,
+                );
+                slice
+                    .annotations_mut()
+                    .insert(objects::ANNOTATION_SOURCE_SLICE.into(), source);
+                desired.insert(name, slice);
+            }
+        }
+        let namespace = &self.settings.broker_namespace;
+        let api = Api::namespaced(self.broker.clone(), namespace);
+        let stale = self.caches.broker_owned.names(key);
+        self.ensure_all(&api, namespace, desired, stale, &self.caches.broker_slices)
+            .await
+    }
+
+    async fn vips(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+        let import = snapshot
+            .aggregate
+            .as_ref()
+            .and_then(|a| a.import.as_deref());
+        let needs_vips =
+            import.is_some_and(|i| i.type_ == ImportType::ClusterSetIP && i.clusterset_ip);
+        if let Some(import) = import.filter(|_| needs_vips) {
+            let have = import.vips.len() == import.ip_families.len();
+            if !have {
+                let candidates = |family| {
+                    snapshot
+                        .candidates
+                        .get(&family)
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let vips = self
+                    .claims
+                    .ensure(key, &import.ip_families, candidates)
+                    .await?;
+                self.metrics.api_write("VipClaim", "settled");
+                tracing::debug!(service = %key, ?vips, "VIPs settled");
+            }
+            return Ok(());
+        }
+        let record =
+            ObjectRef::new(&objects::vip_record_name(key)).within(&self.settings.broker_namespace);
+        let nobody_exports = snapshot.inputs.values().all(|i| i.export.is_none());
+        if self.caches.broker_imports.get(&record).is_some() && (nobody_exports || import.is_some())
+        {
+            self.claims.release(key).await?;
+            self.metrics.api_write("VipClaim", "released");
+        }
+        Ok(())
+    }
+
+    async fn local_import(
+        &self,
+        key: &ServiceKey,
+        import: Option<&Import>,
+    ) -> Result<(), WriteError> {
+        let api: Api<ServiceImport> = Api::namespaced(self.local.clone(), &key.namespace);
+        let actual = self
+            .caches
+            .local_imports
+            .get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let desired = import.map(|import| local_import(key, import));
+        self.ensure(&api, &key.name, desired, actual.clone(), |d, a| {
+            d.spec == a.spec && d.labels() == a.labels() && d.annotations() == a.annotations()
+        })
+        .await?;
+        let Some(import) = import else {
+            return Ok(());
+        };
+        let old = actual
+            .as_ref()
+            .and_then(|a| a.status.clone())
+            .unwrap_or_default();
+        let status = ServiceImportStatus {
+            clusters: import
+                .clusters
+                .iter()
+                .map(|c| ClusterStatus {
+                    cluster: c.cluster.to_string(),
+                })
+                .collect(),
+            conditions: conditions(std::slice::from_ref(&import.ready), &old.conditions),
+        };
+        if actual.is_none() || status != old {
+            self.patch_status(&api, &key.name, &status).await?;
+        }
+        Ok(())
+    }
+
+    async fn local_slices(
+        &self,
+        key: &ServiceKey,
+        import: Option<&Import>,
+        snapshot: &Snapshot,
+    ) -> Result<(), WriteError> {
+        let mut desired = BTreeMap::new();
+        for cluster in import.iter().flat_map(|i| &i.clusters) {
+            if cluster.cluster == self.settings.cluster {
+                continue;
+            }
+            let Some(inputs) = snapshot.inputs.get(&cluster.cluster) else {
+                continue;
+            };
+            for (source, slice) in &inputs.slices {
+                if slice.endpoints.is_empty() {
+                    continue;
+                }
+                let name = objects::mirror_slice_name(key, &cluster.cluster, source);
+                let ports = import.map(|i| i.ports.as_slice()).unwrap_or_default();
+                let object = objects::slice_object(
+                    name.clone(),
+                    Some(key.namespace.to_string()),
+                    key,
+                    &cluster.cluster,
+                    &slice.endpoints,
+                    ports,
+                );
+                desired.insert(name, object);
+            }
+        }
+        let api = Api::namespaced(self.local.clone(), &key.namespace);
+        let stale = self.caches.local_owned.names(key);
+        self.ensure_all(
+            &api,
+            &key.namespace,
+            desired,
+            stale,
+            &self.caches.local_slices,
+        )
+        .await
+    }
+
+    async fn export_status(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+        let Some(export) = self
+            .caches
+            .local_exports
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+        else {
+            return Ok(());
+        };
+        let Some(status) = snapshot.aggregate.as_ref().and_then(|a| {
+            a.exports
+                .iter()
+                .find(|e| e.cluster == self.settings.cluster)
+        }) else {
+            return Ok(());
+        };
+        let old = export
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let new = conditions(&status.conditions, &old);
+        if new != old {
+            let api: Api<ServiceExport> = Api::namespaced(self.local.clone(), &key.namespace);
+            let status = crate::crd::ServiceExportStatus { conditions: new };
+            self.patch_status(&api, &key.name, &status).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes the slices of one service exactly `desired`: creates and updates
+    /// those, deletes the `owned` ones not in it.
+    async fn ensure_all(
+        &self,
+        api: &Api<EndpointSlice>,
+        namespace: &str,
+        desired: BTreeMap<String, EndpointSlice>,
+        owned: BTreeSet<String>,
+        cache: &Store<EndpointSlice>,
+    ) -> Result<(), WriteError> {
+        let actual = |name: &str| cache.get(&ObjectRef::new(name).within(namespace));
+        for name in owned.iter().filter(|n| !desired.contains_key(*n)) {
+            self.ensure(api, name, None, actual(name), same_slice)
+                .await?;
+        }
+        for (name, slice) in desired {
+            let current = actual(&name);
+            self.ensure(api, &name, Some(slice), current, same_slice)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Creates, replaces or deletes one object so that it matches `desired`
+    /// (`same` compares the parts this controller owns).
+    async fn ensure<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        desired: Option<K>,
+        actual: Option<Arc<K>>,
+        same: impl Fn(&K, &K) -> bool,
+    ) -> Result<(), WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+    {
+        let kind = K::kind(&());
+        let result = match (desired, actual) {
+            (None, None) => return Ok(()),
+            (Some(d), Some(a)) if same(&d, &a) => return Ok(()),
+            (None, Some(actual)) => {
+                if actual.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGER)
+                    && actual
+                        .labels()
+                        .get(objects::LABEL_SLICE_MANAGED_BY)
+                        .map(String::as_str)
+                        != Some(MANAGER)
+                {
+                    return Ok(());
+                }
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        resource_version: actual.meta().resource_version.clone(),
+                        uid: actual.meta().uid.clone(),
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(name, &params).await {
+                    Err(e) if is_code(&e, 404) => Ok("deleted"),
+                    other => other.map(|_| "deleted"),
+                }
+            }
+            (Some(desired), None) => match api.create(&PostParams::default(), &desired).await {
+                // Written by an earlier round the cache has not seen yet: compare with the real one.
+                Err(e) if is_code(&e, 409) => {
+                    let current = api.get(name).await?;
+                    self.replace(api, name, desired, &current, &same).await
+                }
+                other => other.map(|_| "created"),
+            },
+            (Some(desired), Some(actual)) => self.replace(api, name, desired, &actual, &same).await,
+        };
+        match result {
+            Ok(outcome) => {
+                self.metrics.api_write(kind.as_ref(), outcome);
+                Ok(())
+            }
+            Err(e) => {
+                let outcome = if is_code(&e, 409) {
+                    "conflict"
+                } else {
+                    "error"
+                };
+                self.metrics.api_write(kind.as_ref(), outcome);
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn replace<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        mut desired: K,
+        current: &K,
+        same: &impl Fn(&K, &K) -> bool,
+    ) -> Result<&'static str, kube::Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+    {
+        if same(&desired, current) {
+            return Ok("unchanged");
+        }
+        desired.meta_mut().resource_version = current.meta().resource_version.clone();
+        api.replace(name, &PostParams::default(), &desired)
+            .await
+            .map(|_| "updated")
+    }
+
+    async fn patch_status<K, S>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        status: &S,
+    ) -> Result<(), WriteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        S: Serialize,
+    {
+        let kind = K::kind(&());
+        let patch = Patch::Merge(json!({ "status": status }));
+        match api
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => {
+                self.metrics.api_write(&format!("{kind}Status"), "updated");
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.api_write(&format!("{kind}Status"), "error");
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// The member cluster's ServiceImport for an import: families and VIPs
+/// limited to what the local cluster supports.
+fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
+    let mut labels = import.labels.clone();
+    labels.insert(LABEL_MANAGED_BY.into(), MANAGER.into());
+    let mut object = ServiceImport::new(
+        &key.name,
+        ServiceImportSpec {
+            ports: import.ports.clone(),
+            ips: import.local_vips().map(|ip| ip.to_string()).collect(),
+            type_: import.type_.as_str().to_owned(),
+            session_affinity: Some(import.session_affinity.clone()),
+            session_affinity_config: import.session_affinity_config.clone(),
+            ip_families: import
+                .local_families
+                .iter()
+                .map(|f| f.as_str().to_owned())
+                .collect(),
+            internal_traffic_policy: Some(import.internal_traffic_policy.clone()),
+            traffic_distribution: import.traffic_distribution.clone(),
+        },
+    );
+    object.metadata.namespace = Some(key.namespace.to_string());
+    object.metadata.labels = Some(labels);
+    object.metadata.annotations = Some(import.annotations.clone());
+    object
+}
+
+fn same_slice(desired: &EndpointSlice, actual: &EndpointSlice) -> bool {
+    desired.address_type == actual.address_type
+        && desired.endpoints == actual.endpoints
+        && desired.ports == actual.ports
+        && desired.labels() == actual.labels()
+        && desired.annotations() == actual.annotations()
+}
+
+/// Kubernetes conditions for `new`, keeping the transition time of those whose status did not change.
+fn conditions(new: &[Condition], old: &[K8sCondition]) -> Vec<K8sCondition> {
+    let now = Time(Timestamp::now());
+    new.iter()
+        .map(|c| {
+            let previous = old.iter().find(|o| o.type_ == c.type_);
+            let unchanged = previous.filter(|o| o.status == c.status_str());
+            K8sCondition {
+                type_: c.type_.to_owned(),
+                status: c.status_str().to_owned(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: unchanged
+                    .map_or(now.clone(), |o| o.last_transition_time.clone()),
+                observed_generation: None,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,276 @@
+//! A clusterset in Kubernetes mode for tests: a fake API server per member
+//! cluster and one for the broker, and a clusterset-dns instance per member
+//! (in this process, `serve --source kubernetes`, talking HTTP to the fakes
+//! with the real kube client).
+//!
+//! Include after `common` and `fake_apiserver`:
+//! `#[path = "support/kube_clusterset.rs"] mod kube_clusterset;`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clusterset_dns::crd::v1alpha1::{ServiceExport, ServiceImport};
+use hickory_proto::rr::RecordType;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::Value;
+use tempfile::TempDir;
+
+use crate::common::{Doc, Outcome, Server, resolve, start};
+use crate::fake_apiserver::FakeApiServer;
+
+/// Namespace of the shared state on the broker.
+pub const BROKER_NAMESPACE: &str = "clusterset-broker";
+/// Namespace of the leader Lease in each member.
+pub const LEASE_NAMESPACE: &str = "clusterset-dns";
+/// How long cross-cluster convergence may take in tests (generous: shared machines).
+pub const CONVERGE: Duration = Duration::from_secs(15);
+
+/// One member cluster: its API server and its clusterset-dns replicas.
+pub struct Member {
+    /// The cluster id.
+    pub id: String,
+    /// Its API server.
+    pub api: FakeApiServer,
+    /// Its running replicas (usually one).
+    pub servers: Vec<Server>,
+    families: String,
+    kubeconfig: PathBuf,
+}
+
+impl Member {
+    /// Where the first replica answers DNS.
+    pub fn dns(&self) -> std::net::SocketAddr {
+        self.servers[0].addr
+    }
+}
+
+/// Members plus a broker.
+pub struct KubeClusterset {
+    /// The broker API server.
+    pub broker: FakeApiServer,
+    /// The members, in the order given.
+    pub members: Vec<Member>,
+    broker_kubeconfig: PathBuf,
+    dir: TempDir,
+}
+
+impl KubeClusterset {
+    /// Starts a broker and one member per `(id, ip families)`, each with a
+    /// running replica, and waits until every replica has synced.
+    pub async fn start(members: &[(&str, &str)]) -> Self {
+        // `RUST_LOG=clusterset_dns=debug cargo test ...` shows what the instances do.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let broker = FakeApiServer::start().await;
+        broker.create_namespace(BROKER_NAMESPACE);
+        let broker_kubeconfig = dir.path().join("broker.kubeconfig");
+        broker
+            .write_kubeconfig(&broker_kubeconfig, "broker")
+            .unwrap();
+        let mut set = Self {
+            broker,
+            members: Vec::new(),
+            broker_kubeconfig,
+            dir,
+        };
+        for (id, families) in members {
+            let api = FakeApiServer::start().await;
+            api.create_namespace(LEASE_NAMESPACE);
+            let kubeconfig = set.dir.path().join(format!("{id}.kubeconfig"));
+            api.write_kubeconfig(&kubeconfig, id).unwrap();
+            set.members.push(Member {
+                id: (*id).to_owned(),
+                api,
+                servers: Vec::new(),
+                families: (*families).to_owned(),
+                kubeconfig,
+            });
+        }
+        for i in 0..set.members.len() {
+            set.add_replica(i).await;
+        }
+        set
+    }
+
+    /// Starts one more replica in member `i` and waits for its first sync.
+    pub async fn add_replica(&mut self, i: usize) {
+        let member = &self.members[i];
+        let kubeconfig = member.kubeconfig.display().to_string();
+        let broker = self.broker_kubeconfig.display().to_string();
+        let args = [
+            "--source",
+            "kubernetes",
+            "--cluster-id",
+            &member.id,
+            "--kubeconfig",
+            &kubeconfig,
+            "--broker-kubeconfig",
+            &broker,
+            "--broker-namespace",
+            BROKER_NAMESPACE,
+            "--lease-namespace",
+            LEASE_NAMESPACE,
+            "--lease-duration",
+            "3",
+            "--ip-families",
+            &member.families,
+        ];
+        let server = start(self.dir.path(), &args).await;
+        self.members[i].servers.push(server);
+    }
+
+    /// The member with this id.
+    pub fn member(&self, id: &str) -> &Member {
+        self.members
+            .iter()
+            .find(|m| m.id == id)
+            .unwrap_or_else(|| panic!("no member {id}"))
+    }
+
+    /// Writes objects into a member's API server (creating their namespaces).
+    pub fn apply(&self, id: &str, docs: impl IntoIterator<Item = Doc>) {
+        let api = &self.member(id).api;
+        for Doc(doc) in docs {
+            if let Some(ns) = doc["metadata"]["namespace"].as_str() {
+                api.create_namespace(ns);
+            }
+            api.put_raw(doc)
+                .expect("the fake API server takes the object");
+        }
+    }
+
+    /// Deletes a member's ServiceExport.
+    pub fn unexport(&self, id: &str, ns: &str, name: &str) {
+        let removed = self.member(id).api.remove_raw(
+            "multicluster.x-k8s.io",
+            "serviceexports",
+            Some(ns),
+            name,
+        );
+        assert!(removed, "{id} exports {ns}/{name}");
+    }
+
+    /// One query from one member's DNS.
+    pub async fn resolve(&self, id: &str, name: &str, rtype: RecordType) -> Outcome {
+        resolve(self.member(id).dns(), name, rtype).await
+    }
+
+    /// The ServiceImport in a member.
+    pub fn import(&self, id: &str, ns: &str, name: &str) -> Option<ServiceImport> {
+        self.member(id).api.get::<ServiceImport>(Some(ns), name)
+    }
+
+    /// `(type, status, reason)` of a member's ServiceExport conditions.
+    pub fn export_conditions(
+        &self,
+        id: &str,
+        ns: &str,
+        name: &str,
+    ) -> Vec<(String, String, String)> {
+        let export = self.member(id).api.get::<ServiceExport>(Some(ns), name);
+        export
+            .and_then(|e| e.status)
+            .map(|s| {
+                s.conditions
+                    .into_iter()
+                    .map(|c| (c.type_, c.status, c.reason))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The message of one condition of a member's ServiceExport.
+    pub fn export_message(&self, id: &str, ns: &str, name: &str, type_: &str) -> String {
+        let export = self.member(id).api.get::<ServiceExport>(Some(ns), name);
+        export
+            .and_then(|e| e.status)
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == type_))
+            .map(|c| c.message)
+            .unwrap_or_default()
+    }
+
+    /// The MCS EndpointSlices of a service in a member: `(source cluster, addresses)`.
+    pub fn mcs_slices(&self, id: &str, ns: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {
+        self.member(id)
+            .api
+            .list::<EndpointSlice>(Some(ns))
+            .into_iter()
+            .filter_map(|s| {
+                let labels = s.metadata.labels.clone().unwrap_or_default();
+                if labels
+                    .get("multicluster.kubernetes.io/service-name")
+                    .map(String::as_str)
+                    != Some(service)
+                {
+                    return None;
+                }
+                assert_eq!(
+                    labels
+                        .get("endpointslice.kubernetes.io/managed-by")
+                        .map(String::as_str),
+                    Some("clusterset-dns.io"),
+                    "MCS slices are labelled as ours"
+                );
+                assert!(!labels.contains_key("kubernetes.io/service-name"));
+                let source = labels
+                    .get("multicluster.kubernetes.io/source-cluster")?
+                    .clone();
+                let mut addresses: Vec<String> = s
+                    .endpoints
+                    .iter()
+                    .flatten()
+                    .flat_map(|e| e.addresses.clone())
+                    .collect();
+                addresses.sort();
+                Some((source, addresses))
+            })
+            .collect()
+    }
+
+    /// Objects of a resource in the broker namespace.
+    pub fn broker_objects(&self, group: &str, plural: &str) -> Vec<Value> {
+        self.broker.list_raw(group, plural, Some(BROKER_NAMESPACE))
+    }
+
+    /// The VIP claims on the broker: `(address, service)`.
+    pub fn claims(&self) -> BTreeSet<(String, String)> {
+        self.broker_objects("", "configmaps")
+            .into_iter()
+            .map(|c| {
+                (
+                    c["data"]["address"].as_str().unwrap_or_default().to_owned(),
+                    c["data"]["service"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// `spec.ips` of an import, parsed.
+pub fn import_ips(import: &ServiceImport) -> Vec<IpAddr> {
+    import
+        .spec
+        .ips
+        .iter()
+        .map(|ip| ip.parse().unwrap())
+        .collect()
+}
+
+/// `status.clusters` of an import, sorted.
+pub fn status_clusters(import: &ServiceImport) -> Vec<String> {
+    let mut clusters: Vec<String> = import
+        .status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .map(|c| c.cluster.clone())
+        .collect();
+    clusters.sort();
+    clusters
+}
