@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,40 +13,6 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// `GET path` on the operations listener: (status code, body).
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .expect("the operations listener accepts");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("request sent");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .await
-        .expect("response read");
-    let code = response
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
-}
-
-/// The value of one series (`name{labels}`) in a /metrics body; 0 when absent.
-fn value(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// A clusterset with one exported ClusterIP service, `web.shop`.
 fn web_clusterset() -> Clusterset {
     let cs = Clusterset::new();
@@ -57,10 +22,6 @@ fn web_clusterset() -> Clusterset {
         &cluster_ip("shop", "web", &["10.0.0.1"]).exported(),
     );
     cs
-}
-
-async fn scrape(addr: SocketAddr, series: &str) -> f64 {
-    value(&get(addr, "/metrics").await.1, series)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,10 +5,12 @@
 
 pub mod client;
 pub mod manifests;
+pub mod ops_http;
 pub mod server;
 pub mod status;
 
 pub use client::*;
 pub use manifests::*;
+pub use ops_http::*;
 pub use server::*;
 pub use status::*;

@@ -68,19 +68,30 @@ pub fn run_binary(args: &[&str]) -> Output {
 pub struct Server {
     /// Where it answers DNS (UDP and TCP).
     pub addr: SocketAddr,
-    running: Running,
+    running: Option<Running>,
 }
 
 impl Server {
     /// The running server's handle (index, ...).
     pub fn running(&self) -> &Running {
-        &self.running
+        self.running.as_ref().expect("running until shut down")
+    }
+
+    /// Shuts down gracefully, as on SIGTERM.
+    pub async fn shutdown(mut self) {
+        let running = self.running.take().expect("running until shut down");
+        running
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("a clean shutdown");
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.running.abort();
+        if let Some(running) = &self.running {
+            running.abort();
+        }
     }
 }
 
@@ -89,7 +100,7 @@ impl Drop for Server {
 pub async fn start(dir: &Path, extra: &[&str]) -> Server {
     let server = start_loading(dir, extra).await;
     let deadline = Instant::now() + START_DEADLINE;
-    while !server.running.index.is_synced() {
+    while !server.running().index.is_synced() {
         assert!(
             Instant::now() < deadline,
             "first load not done in {START_DEADLINE:?}"
@@ -111,7 +122,7 @@ pub async fn start_loading(dir: &Path, extra: &[&str]) -> Server {
     let running = serve::start(args).await.expect("the server starts");
     Server {
         addr: running.dns_addr,
-        running,
+        running: Some(running),
     }
 }
 

@@ -55,6 +55,7 @@ pub struct KubeClusterset {
     /// The members, in the order given.
     pub members: Vec<Member>,
     broker_kubeconfig: PathBuf,
+    extra: Vec<String>,
     dir: TempDir,
 }
 
@@ -62,6 +63,11 @@ impl KubeClusterset {
     /// Starts a broker and one member per `(id, ip families)`, each with a
     /// running replica, and waits until every replica has synced.
     pub async fn start(members: &[(&str, &str)]) -> Self {
+        Self::start_with(members, &[]).await
+    }
+
+    /// [`Self::start`] with more `serve` flags for every replica.
+    pub async fn start_with(members: &[(&str, &str)], extra: &[&str]) -> Self {
         // `RUST_LOG=clusterset_dns=debug cargo test ...` shows what the instances do.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -78,6 +84,7 @@ impl KubeClusterset {
             broker,
             members: Vec::new(),
             broker_kubeconfig,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             dir,
         };
         for (id, families) in members {
@@ -104,7 +111,7 @@ impl KubeClusterset {
         let member = &self.members[i];
         let kubeconfig = member.kubeconfig.display().to_string();
         let broker = self.broker_kubeconfig.display().to_string();
-        let args = [
+        let mut args = vec![
             "--source",
             "kubernetes",
             "--cluster-id",
@@ -122,8 +129,15 @@ impl KubeClusterset {
             "--ip-families",
             &member.families,
         ];
+        args.extend(self.extra.iter().map(String::as_str));
         let server = start(self.dir.path(), &args).await;
         self.members[i].servers.push(server);
+    }
+
+    /// Stops replica `r` of member `i` gracefully (its Lease is released).
+    pub async fn stop_replica(&mut self, i: usize, r: usize) {
+        let server = self.members[i].servers.remove(r);
+        server.shutdown().await;
     }
 
     /// The member with this id.
