@@ -222,14 +222,20 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         )),
     };
     let task = tokio::spawn(async move {
-        // DNS ends only on shutdown; the others end only on errors.
+        // DNS ends only on shutdown, the source on shutdown or an error, the
+        // operations listener only on an error.
+        let mut dns = std::pin::pin!(dns.run());
         tokio::select! {
-            stopped = dns.run() => {
+            stopped = &mut dns => {
                 // Let the source wrap up (the leader Lease is released there).
                 let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut reconcile).await;
                 stopped
             }
-            failed = async { tokio::try_join!(&mut reconcile, operations).map(|_| ()) } => failed,
+            followed = &mut reconcile => {
+                followed?;
+                dns.await
+            }
+            failed = operations => failed,
         }
     });
     Ok(Running {

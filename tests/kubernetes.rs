@@ -434,11 +434,11 @@ async fn dual_stack_families_are_intersected_and_filtered_per_cluster() {
     for id in ["east", "west"] {
         eventually_within(
             CONVERGE,
-            &format!("IPv6 import in {id}"),
-            vec!["IPv6".to_owned()],
+            &format!("IPv6 import with its VIP in {id}"),
+            (vec!["IPv6".to_owned()], 1),
             || async {
                 set.import(id, "shop", "dual")
-                    .map(|i| i.spec.ip_families)
+                    .map(|i| (i.spec.ip_families, i.spec.ips.len()))
                     .unwrap_or_default()
             },
         )
@@ -533,13 +533,16 @@ async fn without_vips_names_resolve_to_cluster_ips_local_first() {
             "{id} answers its own first"
         );
     }
-    assert!(
-        set.import("north", "shop", "plain")
-            .unwrap()
-            .spec
-            .ips
-            .is_empty()
-    );
+    eventually_within(
+        CONVERGE,
+        "north's import, without VIPs",
+        Some(0),
+        || async {
+            set.import("north", "shop", "plain")
+                .map(|i| i.spec.ips.len())
+        },
+    )
+    .await;
     assert!(set.claims().is_empty(), "no VIP was claimed");
 
     // North exports with VIPs (the default), younger: a ClusterSetIPConflict.
@@ -565,4 +568,339 @@ async fn without_vips_names_resolve_to_cluster_ips_local_first() {
         ips(["10.1.0.20", "10.2.0.20", "10.3.0.20"]),
     )
     .await;
+}
+
+/// A small deterministic generator (the seed of each race round).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, (self.next() % (i as u64 + 1)) as usize);
+        }
+    }
+}
+
+/// 50 dual-stack services exported at the same moment from all three
+/// clusters, in a VIP pool barely larger than needed so that allocations
+/// collide: every import gets exactly one VIP per family, the same in every
+/// member, no VIP is shared, and the broker holds exactly the claims in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_exports_never_share_a_vip() {
+    const SERVICES: usize = 50;
+    const SEEDS: u64 = 8;
+    let dual = "IPv4,IPv6";
+    for seed in 1..=SEEDS {
+        let set = KubeClusterset::start_with(
+            &[("east", dual), ("north", dual), ("west", dual)],
+            &[
+                "--vip-pool-v4",
+                "243.0.0.0/26",
+                "--vip-pool-v6",
+                "fd00:c5e7::/122",
+            ],
+        )
+        .await;
+        let names: Vec<String> = (0..SERVICES).map(|i| format!("svc-{seed}-{i}")).collect();
+        let mut rng = Lcg(seed);
+        // Writers in every cluster pile up on the paused broker, then go at once.
+        set.broker.pause();
+        let barrier = std::sync::Barrier::new(3);
+        std::thread::scope(|scope| {
+            for (c, member) in set.members.iter().enumerate() {
+                let mut order = names.clone();
+                rng.shuffle(&mut order);
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    member.api.create_namespace("race");
+                    barrier.wait();
+                    for name in order {
+                        let svc = cluster_ip(
+                            "race",
+                            &name,
+                            &[&format!("10.{c}.0.1"), &format!("fd00:{c}::1")],
+                        );
+                        for Doc(doc) in svc.exported() {
+                            member.api.put_raw(doc).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        set.broker.resume();
+        let vips_of = |id: &str| -> Vec<Vec<IpAddr>> {
+            names
+                .iter()
+                .map(|n| {
+                    set.import(id, "race", n)
+                        .map(|i| import_ips(&i))
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        let all_assigned = |vips: &[Vec<IpAddr>]| vips.iter().all(|v| v.len() == 2);
+        for id in ALL {
+            eventually_within(
+                CONVERGE,
+                &format!("seed {seed}: every import in {id} has two VIPs"),
+                true,
+                || async { all_assigned(&vips_of(id)) },
+            )
+            .await;
+        }
+        let agreed = vips_of("east");
+        assert_eq!(vips_of("north"), agreed, "seed {seed}: members agree");
+        assert_eq!(vips_of("west"), agreed, "seed {seed}: members agree");
+        let distinct: BTreeSet<IpAddr> = agreed.iter().flatten().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            2 * SERVICES,
+            "seed {seed}: no VIP shared: {agreed:?}"
+        );
+        assert!(
+            agreed
+                .iter()
+                .all(|v| in_v4_pool(&v[0]) && in_v6_pool(&v[1])),
+            "{agreed:?}"
+        );
+        let in_use: BTreeSet<(String, String)> = names
+            .iter()
+            .zip(&agreed)
+            .flat_map(|(n, v)| {
+                v.iter()
+                    .map(move |ip| (ip.to_string(), format!("race/{n}")))
+            })
+            .collect();
+        eventually_within(
+            CONVERGE,
+            &format!("seed {seed}: claims are the VIPs in use"),
+            in_use,
+            || async { set.claims() },
+        )
+        .await;
+        let sample = format!("{}.race.svc.clusterset.local.", names[0]);
+        for id in ALL {
+            eventually_within(
+                CONVERGE,
+                "DNS serves the agreed VIP",
+                Outcome::Ips([agreed[0][0]].into()),
+                || set.resolve(id, &sample, RecordType::A),
+            )
+            .await;
+        }
+    }
+}
+
+/// Whether every member answers `name` A with one VIP (the same one).
+async fn served_everywhere(set: &KubeClusterset, name: &str) {
+    let mut seen = BTreeSet::new();
+    for id in ALL {
+        eventually_within(CONVERGE, &format!("{name} from {id}"), true, || async {
+            is_vip(&set.resolve(id, name, RecordType::A).await)
+        })
+        .await;
+        seen.extend(addresses(set.resolve(id, name, RecordType::A).await));
+    }
+    assert_eq!(seen.len(), 1, "{name}: one VIP everywhere: {seen:?}");
+}
+
+/// Cut watches, `410 Gone`, the broker down for a while, a member API server
+/// restarted: DNS keeps answering with what it knew, and everything
+/// converges afterwards with nothing lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_keep_last_answers_and_converge_after_recovery() {
+    let set = three().await;
+    let svc = |n: &str, ip: &str| cluster_ip("shop", n, &[ip]).exported();
+    set.apply("east", svc("web", "10.1.0.10"));
+    set.apply("west", svc("web", "10.3.0.10"));
+    served_everywhere(&set, WEB).await;
+
+    // Every watch cut: they resume from their resourceVersion.
+    for api in set.members.iter().map(|m| &m.api).chain([&set.broker]) {
+        api.cut_watches();
+    }
+    set.apply("north", svc("api", "10.2.0.11"));
+    served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
+
+    // History compacted, then cut: the broker watches get 410 and list again.
+    set.broker.compact();
+    set.broker.cut_watches();
+    set.apply("east", svc("cart", "10.1.0.12"));
+    served_everywhere(&set, "cart.shop.svc.clusterset.local.").await;
+    let ops = set.member("north").servers[0]
+        .running()
+        .metrics_addr
+        .expect("bound");
+    eventually_within(CONVERGE, "north counted a broker watch restart", true, || async {
+        let restarts = |resource: &'static str| async move {
+            let series = format!("clusterset_dns_watch_restarts_total{{resource=\"{resource}\",source=\"{resource}\"}}");
+            scrape(ops, &series).await
+        };
+        restarts("broker/serviceimports").await + restarts("broker/endpointslices").await >= 1.0
+    })
+    .await;
+
+    // The broker hangs: every member still answers what it knew.
+    set.broker.pause();
+    let db = headless("shop", "db", &["IPv4"]);
+    set.apply("east", db.exported());
+    set.apply("east", [slice("shop", "db-east", "db", &[ep("10.1.0.40")])]);
+    let db_name = "db.shop.svc.clusterset.local.";
+    // East serves its own new endpoints at once; the others learn them from the broker later.
+    eventually_within(
+        CONVERGE,
+        "east serves its own export",
+        ips(["10.1.0.40"]),
+        || set.resolve("east", db_name, RecordType::A),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        set.resolve("north", db_name, RecordType::A).await,
+        Outcome::NxDomain
+    );
+    served_everywhere(&set, WEB).await;
+    set.broker.resume();
+    everywhere(&set, db_name, RecordType::A, ips(["10.1.0.40"])).await;
+
+    // The broker stops, then restarts without its watch history.
+    set.broker.stop().await;
+    set.unexport("west", "shop", "web");
+    served_everywhere(&set, WEB).await;
+    set.broker
+        .restart(fake_apiserver::RestartMode::KeepObjects)
+        .await;
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            "west left the import",
+            vec!["east".to_owned()],
+            || async {
+                set.import(id, "shop", "web")
+                    .map(|i| status_clusters(&i))
+                    .unwrap_or_default()
+            },
+        )
+        .await;
+    }
+
+    // North's own API server restarts: north keeps answering meanwhile.
+    let north = &set.member("north").api;
+    north.stop().await;
+    served_everywhere(&set, WEB).await;
+    north
+        .restart(fake_apiserver::RestartMode::KeepObjects)
+        .await;
+    set.apply("north", svc("late", "10.2.0.13"));
+    served_everywhere(&set, "late.shop.svc.clusterset.local.").await;
+
+    // Nothing duplicated: one claim per import, one mirror per source slice.
+    let mut vips = BTreeSet::new();
+    for name in ["web", "api", "cart", "late"] {
+        vips.insert((
+            agreed_vip(&set, "shop", name).await.to_string(),
+            format!("shop/{name}"),
+        ));
+    }
+    eventually_within(
+        CONVERGE,
+        "claims are exactly the VIPs in use",
+        vips,
+        || async { set.claims() },
+    )
+    .await;
+    eventually_within(
+        CONVERGE,
+        "one mirror of east's db slice in north",
+        1,
+        || async { set.mcs_slices("north", "shop", "db").len() },
+    )
+    .await;
+}
+
+/// Two replicas in one cluster: one holds the Lease and writes, both answer;
+/// when the leader shuts down it releases the Lease and the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_leads_and_hands_over_on_shutdown() {
+    let mut set = three().await;
+    set.add_replica(0).await;
+    let leaders = |set: &KubeClusterset| {
+        let servers = &set.member("east").servers;
+        let addrs: Vec<_> = servers
+            .iter()
+            .map(|s| s.running().metrics_addr.unwrap())
+            .collect();
+        async move {
+            let mut leading = Vec::new();
+            for addr in addrs {
+                leading.push(scrape(addr, "clusterset_dns_leader").await as u8);
+            }
+            leading
+        }
+    };
+    let first = {
+        let mut found = None;
+        for _ in 0..200 {
+            let now = leaders(&set).await;
+            if now.iter().sum::<u8>() == 1 {
+                found = now.iter().position(|l| *l == 1);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        found.expect("exactly one leader in east")
+    };
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    served_everywhere(&set, WEB).await;
+    let vip = agreed_vip(&set, "shop", "web").await;
+    for server in &set.member("east").servers {
+        assert_eq!(
+            resolve(server.addr, WEB, RecordType::A).await,
+            Outcome::Ips([vip].into())
+        );
+    }
+    let writes = |addr| {
+        scrape(
+            addr,
+            "clusterset_dns_api_writes_total{kind=\"ServiceImport\",result=\"created\"}",
+        )
+    };
+    let east = &set.member("east").servers;
+    let follower = east[1 - first].running().metrics_addr.unwrap();
+    eventually_within(CONVERGE, "the leader writes", true, || async {
+        writes(east[first].running().metrics_addr.unwrap()).await >= 1.0
+    })
+    .await;
+    assert_eq!(writes(follower).await, 0.0, "the follower does not");
+
+    set.stop_replica(0, first).await;
+    let lease = set
+        .member("east")
+        .api
+        .get::<k8s_openapi::api::coordination::v1::Lease>(Some(LEASE_NAMESPACE), "clusterset-dns")
+        .expect("the Lease");
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert_ne!(
+        holder,
+        Some(format!("east-{first}")),
+        "the Lease was released on shutdown"
+    );
+    eventually_within(
+        std::time::Duration::from_secs(5),
+        "the other replica leads",
+        vec![1],
+        || leaders(&set),
+    )
+    .await;
+    set.apply("east", cluster_ip("shop", "api", &["10.1.0.11"]).exported());
+    served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
 }

@@ -37,6 +37,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{info, warn};
 
 use crate::cli::{ClustersetArgs, KubernetesArgs};
@@ -195,7 +196,9 @@ pub async fn follow(
     let campaign = {
         let metrics = metrics.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { candidate.run(leading_tx, shutdown, &metrics).await })
+        AbortOnDropHandle::new(tokio::spawn(async move {
+            candidate.run(leading_tx, shutdown, &metrics).await
+        }))
     };
     info!(cluster = %ctx.connection.cluster, "following the local cluster and the broker");
 
@@ -517,6 +520,7 @@ impl Controller {
                 };
                 match event {
                     Some(Ok(event)) => {
+                        tracing::trace!(%source, event = event_name(&event), "watch event");
                         match event {
                             Event::Init if listed => metrics.watch_restarted(&source, resource),
                             Event::InitDone => (listed, healthy) = (true, true),
@@ -635,6 +639,16 @@ impl Controller {
                 }
             }
         });
+    }
+}
+
+fn event_name<K>(event: &Event<K>) -> &'static str {
+    match event {
+        Event::Apply(_) => "apply",
+        Event::Delete(_) => "delete",
+        Event::Init => "init",
+        Event::InitApply(_) => "init-apply",
+        Event::InitDone => "init-done",
     }
 }
 

@@ -157,9 +157,11 @@ impl VipClaims {
                 }
                 Err(e) if is_code(&e, 409) => {
                     let holder = self.claims.get_opt(&claim_name(ip)).await?;
-                    if holder.as_ref().and_then(claim_holder) == Some(key.to_string()) {
+                    let holder = holder.as_ref().and_then(claim_holder);
+                    if holder == Some(key.to_string()) {
                         return Ok(ip);
                     }
+                    debug!(service = %key, %ip, ?holder, "address claimed already; trying the next");
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -33,10 +33,10 @@ pub const CONVERGE: Duration = Duration::from_secs(15);
 pub struct Member {
     /// The cluster id.
     pub id: String,
+    /// Its running replicas (usually one); dropped before the API server.
+    pub servers: Vec<Server>,
     /// Its API server.
     pub api: FakeApiServer,
-    /// Its running replicas (usually one).
-    pub servers: Vec<Server>,
     families: String,
     kubeconfig: PathBuf,
 }
@@ -50,10 +50,10 @@ impl Member {
 
 /// Members plus a broker.
 pub struct KubeClusterset {
+    /// The members, in the order given (dropped before the broker).
+    pub members: Vec<Member>,
     /// The broker API server.
     pub broker: FakeApiServer,
-    /// The members, in the order given.
-    pub members: Vec<Member>,
     broker_kubeconfig: PathBuf,
     extra: Vec<String>,
     dir: TempDir,
@@ -106,12 +106,16 @@ impl KubeClusterset {
         set
     }
 
-    /// Starts one more replica in member `i` and waits for its first sync.
+    /// Starts one more replica in member `i` (Lease identity `<id>-<n>`, n
+    /// counting from 0) and waits for its first sync.
     pub async fn add_replica(&mut self, i: usize) {
         let member = &self.members[i];
         let kubeconfig = member.kubeconfig.display().to_string();
         let broker = self.broker_kubeconfig.display().to_string();
+        let identity = format!("{}-{}", member.id, member.servers.len());
         let mut args = vec![
+            "--identity",
+            &identity,
             "--source",
             "kubernetes",
             "--cluster-id",
