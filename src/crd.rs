@@ -120,7 +120,7 @@ macro_rules! mcs_version {
             use std::collections::BTreeMap;
 
             /// Marks the Service of the same namespace and name for export to the clusterset.
-            /// `spec` may be absent (most exports have nothing to say).
+            // `spec` may be absent (most exports have nothing to say): see Deserialize below.
             #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
             #[kube(group = "multicluster.x-k8s.io", version = $name, kind = "ServiceExport",
                    namespaced, status = "ServiceExportStatus", shortname = "svcex",

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::api::conflict_is_false;
 use crate::metrics::Metrics;
 
 /// Name of the Lease in the lease namespace.
@@ -142,15 +143,6 @@ impl Candidate {
                 .await,
         )
         .map(|_| ())
-    }
-}
-
-/// A write's outcome: done (true), lost to another writer (false), or failed.
-fn conflict_is_false<T>(result: Result<T, kube::Error>) -> Result<bool, kube::Error> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(e) if super::vip_claims::is_code(&e, 409) => Ok(false),
-        Err(e) => Err(e),
     }
 }
 

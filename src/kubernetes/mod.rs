@@ -9,6 +9,7 @@
 //! [`writer`]): this cluster's exports to the broker, VIP claims, and the local
 //! ServiceImports, mirrored EndpointSlices and ServiceExport conditions.
 
+pub mod api;
 pub mod facts;
 pub mod lease;
 pub mod objects;

@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tracing::debug;
 
+use super::api::{delete_if_unchanged, is_code};
 use super::objects::{self, MANAGER};
 use crate::crd::v1alpha1::ServiceImport;
 use crate::model::{IpFamily, ServiceKey};
@@ -175,14 +176,11 @@ impl VipClaims {
         let Some(record) = self.records.get_opt(&name).await? else {
             return Ok(());
         };
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: record.metadata.resource_version.clone(),
-                uid: record.metadata.uid.clone(),
-            }),
-            ..DeleteParams::default()
-        };
-        match self.records.delete(&name, &params).await {
+        match self
+            .records
+            .delete(&name, &delete_if_unchanged(&record.metadata))
+            .await
+        {
             Ok(_) => {}
             Err(e) if is_code(&e, 404) || is_code(&e, 409) => return Ok(()),
             Err(e) => return Err(e),
@@ -202,23 +200,15 @@ impl VipClaims {
         if claim_holder(&claim) != Some(key.to_string()) {
             return Ok(());
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: claim.metadata.resource_version.clone(),
-                uid: claim.metadata.uid.clone(),
-            }),
-            ..DeleteParams::default()
-        };
-        match self.claims.delete(&name, &params).await {
+        match self
+            .claims
+            .delete(&name, &delete_if_unchanged(&claim.metadata))
+            .await
+        {
             Err(e) if !is_code(&e, 404) && !is_code(&e, 409) => Err(e),
             _ => Ok(()),
         }
     }
-}
-
-/// Whether an API error carries this HTTP status code.
-pub fn is_code(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 /// The name of the claim on an address: `clusterset-vip-243-0-0-1`,

@@ -20,16 +20,17 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use super::api::{delete_if_unchanged, is_code};
 use super::objects::{self, LABEL_MANAGED_BY, MANAGER};
 use super::owned::Owned;
-use super::vip_claims::{ClaimError, VipClaims, is_code};
+use super::vip_claims::{ClaimError, VipClaims};
 use crate::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::crd::{ClusterStatus, ServiceImportStatus};
 use crate::engine::conditions::Condition;
@@ -464,14 +465,7 @@ impl Writer {
                 {
                     return Ok(());
                 }
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        resource_version: actual.meta().resource_version.clone(),
-                        uid: actual.meta().uid.clone(),
-                    }),
-                    ..DeleteParams::default()
-                };
-                match api.delete(name, &params).await {
+                match api.delete(name, &delete_if_unchanged(actual.meta())).await {
                     Err(e) if is_code(&e, 404) => Ok("deleted"),
                     other => other.map(|_| "deleted"),
                 }
