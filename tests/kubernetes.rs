@@ -904,3 +904,32 @@ async fn one_replica_leads_and_hands_over_on_shutdown() {
     set.apply("east", cluster_ip("shop", "api", &["10.1.0.11"]).exported());
     served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
 }
+
+/// /readyz follows the watches: ready after the first sync, not ready while
+/// the broker has been unreachable for longer than `--max-sync-age`, ready
+/// again once it is back; DNS answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_broker() {
+    let set = KubeClusterset::start_with(&[("east", "IPv4")], &["--max-sync-age", "2"]).await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    let ops = set.member("east").servers[0]
+        .running()
+        .metrics_addr
+        .unwrap();
+    let ready = || async { get(ops, "/readyz").await.0 };
+    eventually_within(CONVERGE, "ready", 200, ready).await;
+    eventually_within(CONVERGE, "east answers", true, || async {
+        is_vip(&set.resolve("east", WEB, RecordType::A).await)
+    })
+    .await;
+    set.broker.stop().await;
+    eventually_within(CONVERGE, "not ready without the broker", 503, ready).await;
+    assert!(
+        is_vip(&set.resolve("east", WEB, RecordType::A).await),
+        "DNS still answers"
+    );
+    set.broker
+        .restart(fake_apiserver::RestartMode::KeepAll)
+        .await;
+    eventually_within(CONVERGE, "ready again", 200, ready).await;
+}

@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
@@ -502,18 +502,24 @@ impl Controller {
             None => format!("{}/{resource}", self.connection.cluster),
         };
         self.tasks.spawn(async move {
+            let probe = api.clone();
             let events = watcher::watcher(api, config).default_backoff();
             let mut events = match cache {
                 Some(writer) => events.reflect(writer).boxed(),
                 None => events.boxed(),
             };
+            // In sync: listed once, and no failure since (or the API server
+            // answered again); a quiet healthy watch delivers nothing to tell.
             let (mut listed, mut healthy) = (false, false);
             let mut heartbeat = tokio::time::interval(HEARTBEAT);
             loop {
                 let event = tokio::select! {
                     event = events.next() => event,
                     _ = heartbeat.tick() => {
-                        if healthy {
+                        if listed && !healthy {
+                            healthy = probe.list(&ListParams::default().limit(1)).await.is_ok();
+                        }
+                        if listed && healthy {
                             metrics.mark_synced(&source);
                         }
                         continue;
@@ -524,10 +530,11 @@ impl Controller {
                         tracing::trace!(%source, event = event_name(&event), "watch event");
                         match event {
                             Event::Init if listed => metrics.watch_restarted(&source, resource),
-                            Event::InitDone => (listed, healthy) = (true, true),
+                            Event::InitDone => listed = true,
                             _ => {}
                         }
-                        if listed && healthy {
+                        healthy = true;
+                        if listed {
                             metrics.mark_synced(&source);
                         }
                         on_event(event);
