@@ -178,6 +178,9 @@ pub struct Endpoint {
 pub struct SliceInfo {
     /// The endpoints, in slice order.
     pub endpoints: Vec<Endpoint>,
+    /// The slice's ports (the endpoints' own ports, i.e. the Service's
+    /// target ports), `protocol` defaulted to `TCP`.
+    pub ports: Vec<ServicePort>,
 }
 
 /// One object a source reports, already tied to its service.

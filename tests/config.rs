@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use clusterset_dns::cli::Command as CliCommand;
+use clusterset_dns::cli::{Command as CliCommand, SourceKind};
 use clusterset_dns::config_file;
 use common::{run_binary, run_binary_with, the_import};
 use serde_json::Value;
@@ -301,7 +301,7 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 }
 
 #[test]
-fn the_deployment_runs_with_its_config_and_the_demo_manifests() {
+fn the_deployment_runs_kubernetes_mode_with_its_config() {
     let deployment_file = kubernetes("deployment.yaml");
     let deployment = of_kind(&deployment_file, "Deployment", "clusterset-dns");
     let config_map = of_kind(&deployment_file, "ConfigMap", "clusterset-dns-config");
@@ -330,8 +330,10 @@ fn the_deployment_runs_with_its_config_and_the_demo_manifests() {
     };
     assert_eq!(serve.listen.to_string(), "0.0.0.0:5300");
     assert_eq!(serve.metrics_listen.port(), 9153);
+    assert_eq!(serve.kubernetes.source, SourceKind::Kubernetes);
 
-    // Every path it uses is a mount; only the state directory is writable.
+    // The broker kubeconfig is a read-only mount; the Lease namespace and
+    // identity come from the downward API.
     let mounts = container["volumeMounts"].as_array().expect("mounts");
     let mount = |path: &Path| {
         mounts
@@ -339,12 +341,19 @@ fn the_deployment_runs_with_its_config_and_the_demo_manifests() {
             .find(|m| path.starts_with(m["mountPath"].as_str().expect("a path")))
             .unwrap_or_else(|| panic!("{} is not mounted", path.display()))
     };
-    assert_eq!(mount(&serve.clusterset.manifests)["readOnly"], true);
-    assert_eq!(
-        mount(&serve.clusterset.state_file())["name"],
-        "state",
-        "the state file is on the emptyDir"
-    );
+    let broker = serve
+        .kubernetes
+        .broker_kubeconfig
+        .expect("a broker kubeconfig");
+    assert_eq!(mount(&broker)["readOnly"], true);
+    for (name, field) in [
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_NAME", "metadata.name"),
+    ] {
+        let env = container["env"].as_array().expect("env");
+        let var = env.iter().find(|e| e["name"] == name).expect(name);
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field);
+    }
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
@@ -352,51 +361,6 @@ fn the_deployment_runs_with_its_config_and_the_demo_manifests() {
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-
-    // The manifests volume rebuilds config/demo, file by file.
-    let demo_file = kubernetes("manifests-demo.yaml");
-    let demo = of_kind(&demo_file, "ConfigMap", "clusterset-dns-manifests");
-    let volume = pod["volumes"]
-        .as_array()
-        .expect("volumes")
-        .iter()
-        .find(|v| v["name"] == "manifests")
-        .expect("a manifests volume");
-    let mut items: Vec<String> = Vec::new();
-    for item in volume["configMap"]["items"].as_array().expect("items") {
-        let (key, path) = (
-            item["key"].as_str().unwrap(),
-            item["path"].as_str().unwrap(),
-        );
-        let expected =
-            std::fs::read_to_string(Path::new(CRATE_ROOT).join("config/demo").join(path))
-                .unwrap_or_else(|e| panic!("config/demo/{path}: {e}"));
-        assert_eq!(
-            demo["data"][key].as_str(),
-            Some(expected.as_str()),
-            "manifests-demo.yaml {key} is config/demo/{path}: regenerate it (see its header)"
-        );
-        items.push(path.to_owned());
-    }
-    let mut files: Vec<String> = Vec::new();
-    for cluster in std::fs::read_dir(Path::new(CRATE_ROOT).join("config/demo")).expect("demo") {
-        let cluster = cluster.expect("entry").path();
-        let name = cluster.file_name().unwrap().to_string_lossy().into_owned();
-        if name.starts_with('.') || !cluster.is_dir() {
-            continue;
-        }
-        for file in std::fs::read_dir(&cluster).expect("cluster folder") {
-            let file = file
-                .expect("entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned();
-            files.push(format!("{name}/{file}"));
-        }
-    }
-    items.sort();
-    files.sort();
-    assert_eq!(items, files, "every demo file is in the ConfigMap volume");
 
     // The Service sends port 53 to the container's named ports.
     let service_file = kubernetes("service.yaml");
@@ -419,4 +383,43 @@ fn the_deployment_runs_with_its_config_and_the_demo_manifests() {
         .map(|p| p["protocol"].as_str().unwrap())
         .collect();
     assert_eq!(dns, ["UDP", "TCP"]);
+}
+
+#[test]
+fn the_demo_configmap_is_config_demo() {
+    let demo_file = kubernetes("manifests-demo.yaml");
+    let demo = of_kind(&demo_file, "ConfigMap", "clusterset-dns-manifests");
+    let mut keys: Vec<String> = Vec::new();
+    for (key, text) in demo["data"].as_object().expect("data") {
+        let (cluster, file) = key.split_once('-').expect("<cluster>-<file>");
+        let path = format!("{cluster}/{file}");
+        let expected =
+            std::fs::read_to_string(Path::new(CRATE_ROOT).join("config/demo").join(&path))
+                .unwrap_or_else(|e| panic!("config/demo/{path}: {e}"));
+        assert_eq!(
+            text.as_str(),
+            Some(expected.as_str()),
+            "manifests-demo.yaml {key} is config/demo/{path}: regenerate it (see its header)"
+        );
+        keys.push(path);
+    }
+    let mut files: Vec<String> = Vec::new();
+    for cluster in std::fs::read_dir(Path::new(CRATE_ROOT).join("config/demo")).expect("demo") {
+        let cluster = cluster.expect("entry").path();
+        let name = cluster.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with('.') || !cluster.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&cluster).expect("cluster folder") {
+            let file = file
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            files.push(format!("{name}/{file}"));
+        }
+    }
+    keys.sort();
+    files.sort();
+    assert_eq!(keys, files, "every demo file is in the ConfigMap");
 }

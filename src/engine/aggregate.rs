@@ -521,6 +521,7 @@ pub(crate) mod tests {
                     ready: *ready,
                 })
                 .collect(),
+            ports: Vec::new(),
         })
     }
 

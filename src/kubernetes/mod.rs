@@ -366,7 +366,7 @@ impl Controller {
         self.cache::<ServiceImport>(
             Api::all(local.clone()),
             objects::MANAGED_SELECTOR,
-            "local/serviceimports",
+            "written/serviceimports",
             writer,
             None,
         );
@@ -375,7 +375,7 @@ impl Controller {
         self.cache::<EndpointSlice>(
             Api::all(local.clone()),
             objects::MANAGED_SLICES_SELECTOR,
-            "local/endpointslices",
+            "written/endpointslices",
             writer,
             Some((local_owned.clone(), Box::new(|_: &EndpointSlice| true))),
         );
@@ -496,9 +496,9 @@ impl Controller {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let metrics = self.metrics.clone();
-        let source = match resource.split_once('/') {
-            Some(("broker", rest)) => format!("broker/{rest}"),
-            Some((_, rest)) => format!("{}/{rest}", self.connection.cluster),
+        // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
+        let source = match resource.strip_prefix("broker/") {
+            Some(_) => resource.to_owned(),
             None => format!("{}/{resource}", self.connection.cluster),
         };
         self.tasks.spawn(async move {

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::model::{
-    ClusterId, Endpoint, ExportAge, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey,
-    ServiceKind, SliceInfo,
+    ClusterId, ExportAge, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey, ServiceKind,
+    SliceInfo,
 };
 use crate::source::convert::ConvertError;
 
@@ -318,16 +318,16 @@ pub fn record_vips(record: &ServiceImport) -> Vec<IpAddr> {
         .collect()
 }
 
-/// An EndpointSlice holding `endpoints` (all of one family), labelled for
-/// `key` and `cluster`; `name` and `namespace` as given.
+/// An EndpointSlice holding `slice` (endpoints all of one family), labelled
+/// for `key` and `cluster`; `name` and `namespace` as given.
 pub fn slice_object(
     name: String,
     namespace: Option<String>,
     key: &ServiceKey,
     cluster: &str,
-    endpoints: &[Endpoint],
-    ports: &[crate::crd::ServicePort],
+    slice: &SliceInfo,
 ) -> EndpointSlice {
+    let (endpoints, ports) = (&slice.endpoints, &slice.ports);
     let family = endpoints
         .first()
         .map_or(IpFamily::IPv4, |e| IpFamily::of(&e.address));
@@ -395,6 +395,7 @@ pub fn created_seconds(meta: &ObjectMeta) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::crd::ServicePort;
+    use crate::model::Endpoint;
 
     fn service() -> ServiceInfo {
         ServiceInfo {
@@ -472,23 +473,39 @@ mod tests {
     #[test]
     fn slices_read_back_as_written() {
         let key = ServiceKey::new("shop", "db");
-        let endpoints = vec![
-            Endpoint {
-                address: "10.1.0.1".parse().unwrap(),
-                hostname: Some("db-0".into()),
-                ready: true,
-            },
-            Endpoint {
-                address: "10.1.0.2".parse().unwrap(),
-                hostname: None,
-                ready: false,
-            },
-        ];
-        let slice = slice_object("s".into(), None, &key, "west", &endpoints, &[]);
+        let written = SliceInfo {
+            endpoints: vec![
+                Endpoint {
+                    address: "10.1.0.1".parse().unwrap(),
+                    hostname: Some("db-0".into()),
+                    ready: true,
+                },
+                Endpoint {
+                    address: "10.1.0.2".parse().unwrap(),
+                    hostname: None,
+                    ready: false,
+                },
+            ],
+            ports: vec![
+                ServicePort {
+                    name: Some("pg".into()),
+                    protocol: Some("TCP".into()),
+                    app_protocol: None,
+                    port: 5432,
+                },
+                ServicePort {
+                    name: None,
+                    protocol: Some("UDP".into()),
+                    app_protocol: None,
+                    port: 53,
+                },
+            ],
+        };
+        let slice = slice_object("s".into(), None, &key, "west", &written);
         assert_eq!(slice.address_type, "IPv4");
         let (k, cluster, info) = read_slice(&slice).unwrap();
         assert_eq!((k, cluster.as_ref()), (key, "west"));
-        assert_eq!(info.endpoints, endpoints);
+        assert_eq!(*info, written);
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::crd::{ClusterStatus, ServiceImportStatus};
 use crate::engine::conditions::Condition;
 use crate::engine::{Aggregate, ClusterInputs, Import};
 use crate::metrics::Metrics;
-use crate::model::{ClusterId, Endpoint, ImportType, IpFamily, ServiceKey, ServiceKind};
+use crate::model::{ClusterId, Endpoint, ImportType, IpFamily, ServiceKey, ServiceKind, SliceInfo};
 use crate::serve::Reconciler;
 
 /// How many VIP candidates per family a claim round tries.
@@ -222,9 +222,9 @@ impl Writer {
         let mut desired: BTreeMap<String, EndpointSlice> = BTreeMap::new();
         if let Some((export, service, inputs)) = self.local_export(snapshot) {
             let pod_ips = export.pod_ips.unwrap_or(self.settings.pod_ips);
-            let copies: Vec<(String, Vec<Endpoint>)> =
+            let copies: Vec<(String, Arc<SliceInfo>)> =
                 if service.kind == ServiceKind::ClusterIp && !pod_ips {
-                    // One slice per family holding the Service's ClusterIP.
+                    // One slice per family holding the Service's ClusterIP and ports.
                     service
                         .cluster_ips
                         .iter()
@@ -234,7 +234,11 @@ impl Writer {
                                 hostname: None,
                                 ready: true,
                             };
-                            (format!("clusterip-{}", IpFamily::of(ip)), vec![endpoint])
+                            let slice = SliceInfo {
+                                endpoints: vec![endpoint],
+                                ports: service.ports.clone(),
+                            };
+                            (format!("clusterip-{}", IpFamily::of(ip)), Arc::new(slice))
                         })
                         .collect()
                 } else {
@@ -242,19 +246,12 @@ impl Writer {
                         .slices
                         .iter()
                         .filter(|(_, s)| !s.endpoints.is_empty())
-                        .map(|(name, s)| (name.to_string(), s.endpoints.clone()))
+                        .map(|(name, s)| (name.to_string(), s.clone()))
                         .collect()
                 };
-            for (source, endpoints) in copies {
+            for (source, info) in copies {
                 let name = objects::broker_slice_name(key, cluster, &source);
-                let mut slice = objects::slice_object(
-                    name.clone(),
-                    None,
-                    key,
-                    cluster,
-                    &endpoints,
-                    &service.ports,
-                );
+                let mut slice = objects::slice_object(name.clone(), None, key, cluster, &info);
                 slice
                     .annotations_mut()
                     .insert(objects::ANNOTATION_SOURCE_SLICE.into(), source);
@@ -362,14 +359,12 @@ impl Writer {
                     continue;
                 }
                 let name = objects::mirror_slice_name(key, &cluster.cluster, source);
-                let ports = import.map(|i| i.ports.as_slice()).unwrap_or_default();
                 let object = objects::slice_object(
                     name.clone(),
                     Some(key.namespace.to_string()),
                     key,
                     &cluster.cluster,
-                    &slice.endpoints,
-                    ports,
+                    slice,
                 );
                 desired.insert(name, object);
             }

@@ -324,7 +324,20 @@ pub fn slice_endpoints(slice: &EndpointSlice, object: &str) -> Result<SliceInfo,
             ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
         });
     }
-    Ok(SliceInfo { endpoints })
+    let ports = slice
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(crd::ServicePort {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                app_protocol: p.app_protocol.clone(),
+                port: p.port?,
+            })
+        })
+        .collect();
+    Ok(SliceInfo { endpoints, ports })
 }
 
 #[cfg(test)]
@@ -537,7 +550,8 @@ mod tests {
                             hostname: None,
                             ready: true
                         },
-                    ]
+                    ],
+                    ports: Vec::new(),
                 })
             )
         );
