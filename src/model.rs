@@ -168,7 +168,7 @@ pub struct Endpoint {
     /// Its address: the first of `addresses`, the only one Kubernetes gives a meaning to.
     pub address: IpAddr,
     /// `hostname`, used for the per-pod DNS name.
-    pub hostname: Option<Box<str>>,
+    pub hostname: Option<Arc<str>>,
     /// `conditions.ready` (absent counts as ready, as in Kubernetes).
     pub ready: bool,
 }

@@ -135,7 +135,7 @@ fn text(report: &Report<'_>) -> String {
             .into_iter()
             .flatten()
             .filter(|c| !c.message.is_empty() && (c.type_ == CONFLICT) == c.status)
-            .map(|c| c.message.as_str())
+            .map(|c| c.message.as_ref())
             .collect();
         messages.dedup();
         let message = messages.join("; ");
@@ -169,7 +169,7 @@ fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
 /// `True`, or `False (Reason)` / `True (Reason)` when the reason says more.
 fn short(c: &Condition) -> String {
     let obvious = matches!(
-        c.reason.as_str(),
+        c.reason.as_ref(),
         "Valid" | "Ready" | "Exported" | "NoConflicts"
     );
     if obvious {

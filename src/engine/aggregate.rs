@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::SessionAffinityConfig;
+use litemap::LiteMap;
 use serde::Serialize;
 
 use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
@@ -14,6 +15,10 @@ use crate::crd::ServicePort;
 use crate::model::{
     ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKind, SliceInfo,
 };
+
+/// Every cluster's inputs for one service, by cluster id (a sorted vector:
+/// there are a few clusters per service, and millions of services).
+pub type PerCluster = LiteMap<ClusterId, ClusterInputs>;
 
 /// Everything one cluster says about one service.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -23,7 +28,7 @@ pub struct ClusterInputs {
     /// Its Service, if present.
     pub service: Option<Arc<ServiceInfo>>,
     /// Its EndpointSlices by name.
-    pub slices: BTreeMap<Box<str>, Arc<SliceInfo>>,
+    pub slices: LiteMap<Box<str>, Arc<SliceInfo>>,
 }
 
 impl ClusterInputs {
@@ -127,7 +132,7 @@ struct Candidate<'a> {
     cluster: &'a ClusterId,
     export: &'a ExportInfo,
     service: &'a ServiceInfo,
-    slices: &'a BTreeMap<Box<str>, Arc<SliceInfo>>,
+    slices: &'a LiteMap<Box<str>, Arc<SliceInfo>>,
 }
 
 /// The settings an aggregation depends on.
@@ -140,7 +145,7 @@ pub struct Policy<'a> {
 }
 
 /// Aggregates one service's inputs.
-pub fn aggregate(inputs: &BTreeMap<ClusterId, ClusterInputs>, policy: &Policy<'_>) -> Aggregate {
+pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
     let local_families = policy.local_families;
     let mut exports = Vec::new();
     let mut valid = Vec::new();
@@ -246,7 +251,12 @@ fn import_type(kind: ServiceKind) -> ImportType {
     }
 }
 
-fn invalid(cluster: &ClusterId, reason: &str, ready_reason: &str, message: &str) -> ExportStatus {
+fn invalid(
+    cluster: &ClusterId,
+    reason: &'static str,
+    ready_reason: &'static str,
+    message: &'static str,
+) -> ExportStatus {
     ExportStatus {
         cluster: cluster.clone(),
         conditions: vec![
@@ -384,12 +394,11 @@ fn export_status(
             ),
         )
     } else {
-        Condition::new(
-            READY,
-            true,
-            "Exported",
-            format!("exported as {}", type_.as_str()),
-        )
+        let message = match type_ {
+            ImportType::ClusterSetIP => "exported as ClusterSetIP",
+            ImportType::Headless => "exported as Headless",
+        };
+        Condition::new(READY, true, "Exported", message)
     };
     let conflict = if reasons.is_empty() {
         Condition::new(CONFLICT, false, "NoConflicts", "")
@@ -498,10 +507,7 @@ pub(crate) mod tests {
     }
 
     /// Aggregates with VIPs on by default.
-    fn aggregate(
-        inputs: &BTreeMap<ClusterId, ClusterInputs>,
-        local_families: &[IpFamily],
-    ) -> Aggregate {
+    fn aggregate(inputs: &PerCluster, local_families: &[IpFamily]) -> Aggregate {
         super::aggregate(
             inputs,
             &Policy {
@@ -525,9 +531,7 @@ pub(crate) mod tests {
         })
     }
 
-    fn inputs(
-        list: Vec<(&str, Option<ExportInfo>, Option<ServiceInfo>)>,
-    ) -> BTreeMap<ClusterId, ClusterInputs> {
+    fn inputs(list: Vec<(&str, Option<ExportInfo>, Option<ServiceInfo>)>) -> PerCluster {
         list.into_iter()
             .map(|(cluster, export, service)| {
                 (
@@ -535,7 +539,7 @@ pub(crate) mod tests {
                     ClusterInputs {
                         export,
                         service: service.map(Arc::new),
-                        slices: BTreeMap::new(),
+                        slices: LiteMap::new(),
                     },
                 )
             })
@@ -568,13 +572,13 @@ pub(crate) mod tests {
         assert_eq!(a.exports.len(), 2, "c has no export, so no status");
         let valid_a = status(&a, "a", VALID);
         assert_eq!(
-            (valid_a.status, valid_a.reason.as_str()),
+            (valid_a.status, valid_a.reason.as_ref()),
             (false, "NoService")
         );
         assert_eq!(status(&a, "a", READY).reason, "Pending");
         let valid_b = status(&a, "b", VALID);
         assert_eq!(
-            (valid_b.status, valid_b.reason.as_str()),
+            (valid_b.status, valid_b.reason.as_ref()),
             (false, "InvalidServiceType")
         );
         assert!(a.exports.iter().all(|e| e.condition(CONFLICT).is_none()));
@@ -608,7 +612,7 @@ pub(crate) mod tests {
         );
         let conflict = status(&a, "a", CONFLICT);
         assert_eq!(
-            (conflict.status, conflict.reason.as_str()),
+            (conflict.status, conflict.reason.as_ref()),
             (true, "TypeConflict")
         );
         assert!(
@@ -749,11 +753,11 @@ pub(crate) mod tests {
             ["10.0.0.1".parse::<IpAddr>().unwrap()]
         );
         let c = status(&a, "c", CONFLICT);
-        assert_eq!((c.status, c.reason.as_str()), (true, "IPFamilyConflict"));
+        assert_eq!((c.status, c.reason.as_ref()), (true, "IPFamilyConflict"));
         assert_eq!(
             (
                 status(&a, "c", READY).status,
-                status(&a, "c", READY).reason.as_str()
+                status(&a, "c", READY).reason.as_ref()
             ),
             (false, "Failed")
         );
@@ -785,7 +789,7 @@ pub(crate) mod tests {
         );
         let ready = &v4_only.import.unwrap().ready;
         assert_eq!(
-            (ready.status, ready.reason.as_str()),
+            (ready.status, ready.reason.as_ref()),
             (false, "IPFamilyNotSupported")
         );
     }

@@ -1,5 +1,6 @@
 //! ServiceExport and ServiceImport conditions with the MCS API's types and reasons.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Serialize;
@@ -45,9 +46,10 @@ pub struct Condition {
     #[serde(serialize_with = "status_text")]
     pub status: bool,
     /// CamelCase reason; several conflict reasons are comma-joined.
-    pub reason: String,
+    /// (Most reasons and messages are fixed texts, so they are not copied.)
+    pub reason: Cow<'static, str>,
     /// Human-readable detail.
-    pub message: String,
+    pub message: Cow<'static, str>,
 }
 
 impl Condition {
@@ -55,8 +57,8 @@ impl Condition {
     pub fn new(
         type_: &'static str,
         status: bool,
-        reason: impl Into<String>,
-        message: impl Into<String>,
+        reason: impl Into<Cow<'static, str>>,
+        message: impl Into<Cow<'static, str>>,
     ) -> Self {
         Self {
             type_,

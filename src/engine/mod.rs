@@ -13,7 +13,9 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::model::{Change, ClusterId, ImportType, IpFamily, Object, ObjectRef, ServiceKey};
-pub use aggregate::{Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster, Policy};
+pub use aggregate::{
+    Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster, PerCluster, Policy,
+};
 use conditions::ConflictReason;
 use vip::{VipAllocator, VipPools};
 
@@ -97,7 +99,7 @@ pub struct Engine {
     vip_source: VipSource,
     local_cluster: Option<ClusterId>,
     stats: Stats,
-    inputs: HashMap<ServiceKey, BTreeMap<ClusterId, ClusterInputs>>,
+    inputs: HashMap<ServiceKey, PerCluster>,
     results: HashMap<ServiceKey, Aggregate>,
     vips: VipAllocator,
 }
@@ -174,7 +176,7 @@ impl Engine {
     }
 
     /// What every cluster said about a service.
-    pub fn inputs(&self, key: &ServiceKey) -> Option<&BTreeMap<ClusterId, ClusterInputs>> {
+    pub fn inputs(&self, key: &ServiceKey) -> Option<&PerCluster> {
         self.inputs.get(key)
     }
 

@@ -34,7 +34,7 @@ use super::vip_claims::{ClaimError, VipClaims};
 use crate::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::crd::{ClusterStatus, ServiceImportStatus};
 use crate::engine::conditions::Condition;
-use crate::engine::{Aggregate, ClusterInputs, Import};
+use crate::engine::{Aggregate, ClusterInputs, Import, PerCluster};
 use crate::metrics::Metrics;
 use crate::model::{ClusterId, Endpoint, ImportType, IpFamily, ServiceKey, ServiceKind, SliceInfo};
 use crate::serve::Reconciler;
@@ -89,7 +89,7 @@ pub struct Writer {
 
 /// What the engine knows of one service, copied out of its lock.
 struct Snapshot {
-    inputs: BTreeMap<ClusterId, ClusterInputs>,
+    inputs: PerCluster,
     aggregate: Option<Aggregate>,
     candidates: HashMap<IpFamily, Vec<IpAddr>>,
 }
@@ -586,8 +586,8 @@ fn conditions(new: &[Condition], old: &[K8sCondition]) -> Vec<K8sCondition> {
             K8sCondition {
                 type_: c.type_.to_owned(),
                 status: c.status_str().to_owned(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
+                reason: c.reason.to_string(),
+                message: c.message.to_string(),
                 last_transition_time: unchanged
                     .map_or(now.clone(), |o| o.last_transition_time.clone()),
                 observed_generation: None,

@@ -320,7 +320,7 @@ pub fn slice_endpoints(slice: &EndpointSlice, object: &str) -> Result<SliceInfo,
         };
         endpoints.push(Endpoint {
             address,
-            hostname: ep.hostname.as_deref().map(Box::from),
+            hostname: ep.hostname.as_deref().map(Arc::from),
             ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
         });
     }
