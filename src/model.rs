@@ -186,8 +186,8 @@ pub struct SliceInfo {
 /// One object a source reports, already tied to its service.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Object {
-    /// A ServiceExport.
-    Export(ExportInfo),
+    /// A ServiceExport (shared like services).
+    Export(Arc<ExportInfo>),
     /// A Service (shared: the source and the engine hold the same one).
     Service(Arc<ServiceInfo>),
     /// An EndpointSlice, by its own name (shared like services).

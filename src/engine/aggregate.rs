@@ -24,7 +24,7 @@ pub type PerCluster = LiteMap<ClusterId, ClusterInputs>;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterInputs {
     /// Its ServiceExport, if exported.
-    pub export: Option<ExportInfo>,
+    pub export: Option<Arc<ExportInfo>>,
     /// Its Service, if present.
     pub service: Option<Arc<ServiceInfo>>,
     /// Its EndpointSlices by name.
@@ -537,7 +537,7 @@ pub(crate) mod tests {
                 (
                     cluster.into(),
                     ClusterInputs {
-                        export,
+                        export: export.map(Arc::new),
                         service: service.map(Arc::new),
                         slices: LiteMap::new(),
                     },

@@ -365,12 +365,12 @@ mod tests {
                 "east",
                 Object::Service(Arc::new(service(&["10.0.0.1", "fd00::1"], &[("http", 80)]))),
             ),
-            upsert("east", Object::Export(export(1))),
+            upsert("east", Object::Export(export(1).into())),
             upsert(
                 "west",
                 Object::Service(Arc::new(service(&["10.0.0.2", "fd00::2"], &[("http", 80)]))),
             ),
-            upsert("west", Object::Export(export(2))),
+            upsert("west", Object::Export(export(2).into())),
         ]);
         assert_eq!(updates.len(), 1, "one service touched, reconciled once");
         let vips = updates[0].1.as_ref().unwrap().vips.clone();
@@ -414,7 +414,7 @@ mod tests {
                 "east",
                 Object::Service(Arc::new(service(&["10.0.0.1"], &[]))),
             ),
-            upsert("east", Object::Export(export(1))),
+            upsert("east", Object::Export(export(1).into())),
         ]);
         let vips = &engine.get(&key()).unwrap().import.as_ref().unwrap().vips;
         assert_eq!(vips, &["243.0.0.2".parse::<IpAddr>().unwrap()]);
@@ -431,7 +431,7 @@ mod tests {
                 third.clone(),
                 Object::Service(Arc::new(service(&["10.0.0.3"], &[]))),
             ),
-            Change::Upsert("east".into(), third, Object::Export(export(2))),
+            Change::Upsert("east".into(), third, Object::Export(export(2).into())),
         ]);
         assert_eq!(
             updates[0].1.as_ref().unwrap().vips,
@@ -447,7 +447,7 @@ mod tests {
                 "east",
                 Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
             ),
-            upsert("east", Object::Export(export(1))),
+            upsert("east", Object::Export(export(1).into())),
             upsert(
                 "east",
                 Object::Slice(
@@ -459,7 +459,7 @@ mod tests {
                 "west",
                 Object::Service(Arc::new(service(&["10.0.0.2"], &[("http", 81)]))),
             ),
-            upsert("west", Object::Export(export(2))),
+            upsert("west", Object::Export(export(2).into())),
         ]);
         let stats = engine.stats().clone();
         assert_eq!(
@@ -495,7 +495,7 @@ mod tests {
                 "east",
                 Object::Service(Arc::new(service(&["10.0.0.1"], &[]))),
             ),
-            upsert("east", Object::Export(export(1))),
+            upsert("east", Object::Export(export(1).into())),
         ]);
         engine.release_unclaimed_vips();
         assert_eq!(engine.vips_mut().allocations(), vec![(key(), saved)]);

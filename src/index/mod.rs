@@ -402,9 +402,9 @@ mod tests {
                 &web,
                 Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
             ),
-            upsert("east", &web, Object::Export(export(1))),
+            upsert("east", &web, Object::Export(export(1).into())),
             upsert("east", &db, Object::Service(Arc::new(headless.clone()))),
-            upsert("east", &db, Object::Export(export(1))),
+            upsert("east", &db, Object::Export(export(1).into())),
             upsert(
                 "east",
                 &db,
@@ -414,7 +414,7 @@ mod tests {
                 ),
             ),
             upsert("eu.west", &db, Object::Service(Arc::new(headless))),
-            upsert("eu.west", &db, Object::Export(export(2))),
+            upsert("eu.west", &db, Object::Export(export(2).into())),
             upsert(
                 "eu.west",
                 &db,

@@ -319,7 +319,7 @@ impl Controller {
                         return Ok(Vec::new());
                     }
                     Ok(vec![
-                        Change::Upsert(from.clone(), key.clone(), Object::Export(export)),
+                        Change::Upsert(from.clone(), key.clone(), Object::Export(Arc::new(export))),
                         Change::Upsert(from, key, Object::Service(Arc::new(service))),
                     ])
                 }

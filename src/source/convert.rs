@@ -254,7 +254,7 @@ pub fn service_export(
         clusterset_ip: switch(crd::ANNOTATION_CLUSTERSET_IP)?,
         pod_ips: switch(crd::ANNOTATION_POD_IPS)?,
     };
-    Ok((ServiceKey::new(namespace, name), Object::Export(info)))
+    Ok((ServiceKey::new(namespace, name), Object::Export(Arc::new(info))))
 }
 
 /// True for an EndpointSlice an MCS implementation made for an import

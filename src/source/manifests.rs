@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
 use walkdir::WalkDir;
 
 use super::convert;
@@ -93,9 +94,9 @@ impl fmt::Display for Ident {
 }
 
 /// The files defining one object, sorted (the first wins). Nearly always
-/// one, so a sorted vector rather than a set.
+/// one, so a sorted vector with room for one inline rather than a set.
 #[derive(Debug, Default)]
-struct Paths(Vec<Arc<Path>>);
+struct Paths(SmallVec<[Arc<Path>; 1]>);
 
 impl Paths {
     fn insert(&mut self, path: Arc<Path>) {
@@ -122,6 +123,52 @@ impl Paths {
 
     fn iter(&self) -> std::slice::Iter<'_, Arc<Path>> {
         self.0.iter()
+    }
+}
+
+/// What the source knows of one object across files.
+#[derive(Debug, Default)]
+struct Known {
+    /// The files defining it (the first one wins).
+    paths: Paths,
+    /// What the engine has been told.
+    emitted: Option<(ServiceKey, Object)>,
+    /// Observed age of a ServiceExport.
+    age: Option<ExportAge>,
+}
+
+/// Strings many objects share (namespaces, names), stored once.
+#[derive(Debug, Default)]
+struct Interner {
+    strings: HashSet<Arc<str>>,
+    live_at_last_prune: usize,
+}
+
+impl Interner {
+    /// The shared copy of `s`.
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.strings.get(s) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.strings.insert(shared.clone());
+        shared
+    }
+
+    /// The key with its strings shared.
+    fn key(&mut self, key: &ServiceKey) -> ServiceKey {
+        ServiceKey {
+            namespace: self.get(&key.namespace),
+            name: self.get(&key.name),
+        }
+    }
+
+    /// Forgets strings nothing else holds, once they could be half of the set.
+    fn prune(&mut self) {
+        if self.strings.len() > 2 * self.live_at_last_prune.max(1024) {
+            self.strings.retain(|s| Arc::strong_count(s) > 1);
+            self.live_at_last_prune = self.strings.len();
+        }
     }
 }
 
@@ -187,14 +234,12 @@ enum Converted {
 pub struct ManifestSource {
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileState>,
-    /// Which files define each object (the first one wins).
-    defs: BTreeMap<Ident, Paths>,
+    /// Every object some file defines or the engine was told about.
+    known: HashMap<Ident, Known>,
     /// The objects more than one file defines.
     duplicated: BTreeSet<Ident>,
-    /// What the engine has been told, per object.
-    emitted: HashMap<Ident, (ServiceKey, Object)>,
-    /// Observed ages of the ServiceExports that exist.
-    ages: HashMap<Ident, ExportAge>,
+    /// Namespaces and names, shared by idents, keys and the engine.
+    strings: Interner,
     next_seq: u64,
     problems: Vec<Problem>,
     ignored_logged: HashSet<(PathBuf, String)>,
@@ -206,10 +251,9 @@ impl ManifestSource {
         ManifestSource {
             dir: dir.into(),
             files: BTreeMap::new(),
-            defs: BTreeMap::new(),
+            known: HashMap::new(),
             duplicated: BTreeSet::new(),
-            emitted: HashMap::new(),
-            ages: HashMap::new(),
+            strings: Interner::default(),
             next_seq: 0,
             problems: Vec::new(),
             ignored_logged: HashSet::new(),
@@ -277,9 +321,10 @@ impl ManifestSource {
                 let shared: Arc<Path> = Arc::from(path.as_path());
                 for ident in state.objects.keys() {
                     affected.insert(ident.clone());
-                    self.defs
+                    self.known
                         .entry(ident.clone())
                         .or_default()
+                        .paths
                         .insert(shared.clone());
                 }
                 self.files.insert(path.clone(), state);
@@ -289,20 +334,20 @@ impl ManifestSource {
         // Only objects of the files read or gone can have changed: keep the
         // work per rescan proportional to those, not to the whole directory.
         for ident in &affected {
-            match self.defs.get(ident) {
-                None => {
-                    self.ages.remove(ident);
-                    self.duplicated.remove(ident);
+            let defined_by = self.known.get_mut(ident).map(|k| {
+                if k.paths.is_empty() {
+                    k.age = None;
                 }
-                Some(paths) if paths.len() > 1 => {
-                    self.duplicated.insert(ident.clone());
-                }
-                Some(_) => {
-                    self.duplicated.remove(ident);
-                }
+                k.paths.len()
+            });
+            if defined_by.unwrap_or(0) > 1 {
+                self.duplicated.insert(ident.clone());
+            } else {
+                self.duplicated.remove(ident);
             }
         }
         let changes = self.settle(affected);
+        self.strings.prune();
         self.update_problems(walk.problems);
         changes
     }
@@ -311,11 +356,8 @@ impl ManifestSource {
     fn undefine(&mut self, path: &Path, state: &FileState, affected: &mut BTreeSet<Ident>) {
         for ident in state.objects.keys() {
             affected.insert(ident.clone());
-            if let Some(paths) = self.defs.get_mut(ident) {
-                paths.remove(path);
-                if paths.is_empty() {
-                    self.defs.remove(ident);
-                }
+            if let Some(known) = self.known.get_mut(ident) {
+                known.paths.remove(path);
             }
         }
     }
@@ -324,14 +366,16 @@ impl ManifestSource {
     fn settle(&mut self, affected: BTreeSet<Ident>) -> Vec<Change> {
         let mut changes = Vec::new();
         for ident in affected {
-            let new = self
-                .defs
-                .get(&ident)
-                .and_then(|paths| paths.first())
+            let Some(known) = self.known.get_mut(&ident) else {
+                continue;
+            };
+            let new = known
+                .paths
+                .first()
                 .and_then(|p| self.files.get(&**p))
                 .and_then(|f| f.objects.get(&ident))
                 .map(|d| (d.key.clone(), d.object.clone()));
-            let old = self.emitted.remove(&ident);
+            let old = known.emitted.take();
             let cluster = &ident.cluster;
             match (old, &new) {
                 (None, None) => {}
@@ -354,8 +398,9 @@ impl ManifestSource {
                     }
                 }
             }
-            if let Some(new) = new {
-                self.emitted.insert(ident, new);
+            known.emitted = new;
+            if known.paths.is_empty() && known.emitted.is_none() && known.age.is_none() {
+                self.known.remove(&ident);
             }
         }
         changes.sort_by(|a, b| change_order(a).cmp(&change_order(b)));
@@ -371,7 +416,7 @@ impl ManifestSource {
         for (ident, paths) in self
             .duplicated
             .iter()
-            .filter_map(|i| Some((i, self.defs.get(i)?)))
+            .filter_map(|i| Some((i, &self.known.get(i)?.paths)))
         {
             let mut paths = paths.iter();
             let Some(winner) = paths.next() else { continue };
@@ -591,9 +636,10 @@ impl ManifestSource {
                 return;
             }
         };
-        let ident = read_ident(&ctx.cluster, kind, map);
+        let ident = read_ident(&ctx.cluster, kind, map, &mut self.strings);
         match self.convert(kind, value, ident.as_ref(), now) {
             Ok(Converted::Object(key, object)) => {
+                let key = self.strings.key(&key);
                 let Some(ident) = ident else {
                     // Conversion requires a name, so this does not happen.
                     problem(ctx, format!("{} without a name", kind.as_str()));
@@ -659,13 +705,16 @@ impl ManifestSource {
                 let export: crd::v1alpha1::ServiceExport =
                     serde_json::from_value(value).map_err(typed_err)?;
                 let observed = match ident {
-                    Some(ident) => *self.ages.entry(ident.clone()).or_insert_with(|| {
-                        self.next_seq += 1;
-                        ExportAge {
-                            created: now,
-                            seq: self.next_seq,
-                        }
-                    }),
+                    Some(ident) => {
+                        let known = self.known.entry(ident.clone()).or_default();
+                        *known.age.get_or_insert_with(|| {
+                            self.next_seq += 1;
+                            ExportAge {
+                                created: now,
+                                seq: self.next_seq,
+                            }
+                        })
+                    }
                     None => ExportAge {
                         created: now,
                         seq: 0,
@@ -690,7 +739,12 @@ impl ManifestSource {
 }
 
 /// Reads the identity of an object from its raw document, when it is readable.
-fn read_ident(cluster: &ClusterId, kind: Kind, map: &Map<String, Value>) -> Option<Ident> {
+fn read_ident(
+    cluster: &ClusterId,
+    kind: Kind,
+    map: &Map<String, Value>,
+    strings: &mut Interner,
+) -> Option<Ident> {
     let meta = map.get("metadata")?;
     let name = meta.get("name")?.as_str().filter(|n| !n.is_empty())?;
     let namespace = match meta.get("namespace") {
@@ -703,8 +757,8 @@ fn read_ident(cluster: &ClusterId, kind: Kind, map: &Map<String, Value>) -> Opti
     Some(Ident {
         cluster: cluster.clone(),
         kind,
-        namespace: namespace.into(),
-        name: name.into(),
+        namespace: strings.get(namespace),
+        name: strings.get(name),
     })
 }
 
