@@ -207,7 +207,8 @@ struct FileState {
 /// The result of walking the directory.
 #[derive(Default)]
 struct Walk {
-    files: BTreeMap<PathBuf, (ClusterId, Stamp)>,
+    /// Manifest files in walk order (sorted, so reads are deterministic).
+    files: Vec<(PathBuf, ClusterId, Stamp)>,
     problems: Vec<Problem>,
     /// Paths that could not be read: known files below them are kept as they were.
     keep: Vec<PathBuf>,
@@ -233,7 +234,8 @@ enum Converted {
 #[derive(Debug)]
 pub struct ManifestSource {
     dir: PathBuf,
-    files: BTreeMap<PathBuf, FileState>,
+    /// Hashed, not ordered: comparing paths is slow, and a rescan looks up every file.
+    files: HashMap<PathBuf, FileState>,
     /// Every object some file defines or the engine was told about.
     known: HashMap<Ident, Known>,
     /// The objects more than one file defines.
@@ -250,7 +252,7 @@ impl ManifestSource {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         ManifestSource {
             dir: dir.into(),
-            files: BTreeMap::new(),
+            files: HashMap::new(),
             known: HashMap::new(),
             duplicated: BTreeSet::new(),
             strings: Interner::default(),
@@ -277,12 +279,14 @@ impl ManifestSource {
         let walk = self.walk();
         let mut affected = BTreeSet::new();
 
+        let walked: HashSet<&Path> = walk.files.iter().map(|(p, ..)| p.as_path()).collect();
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|p| !walk.files.contains_key(*p) && !walk.keep.iter().any(|k| p.starts_with(k)))
+            .filter(|p| !walked.contains(p.as_path()) && !walk.keep.iter().any(|k| p.starts_with(k)))
             .cloned()
             .collect();
+        drop(walked);
         for path in gone {
             if let Some(state) = self.files.remove(&path) {
                 self.undefine(&path, &state, &mut affected);
@@ -293,13 +297,12 @@ impl ManifestSource {
         let to_read: Vec<(PathBuf, ClusterId, Stamp)> = walk
             .files
             .into_iter()
-            .filter(|(path, (_, stamp))| {
+            .filter(|(path, _, stamp)| {
                 !self
                     .files
                     .get(path)
                     .is_some_and(|s| s.stamp == *stamp && !touched.contains(path))
             })
-            .map(|(path, (cluster, stamp))| (path, cluster, stamp))
             .collect();
         // Parse a few files at a time on every core, then apply them in walk order.
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -520,7 +523,7 @@ impl ManifestSource {
                 match entry.metadata() {
                     Ok(meta) => {
                         walk.files
-                            .insert(entry.into_path(), (cluster.clone(), Stamp::of(&meta)));
+                            .push((entry.into_path(), cluster.clone(), Stamp::of(&meta)));
                     }
                     Err(e)
                         if e.io_error()
