@@ -3,6 +3,7 @@
 //! Sources convert Services, ServiceExports and EndpointSlices into these types
 //! (see `source::convert`), so the engine and index never hold whole API objects.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
@@ -153,14 +154,31 @@ pub struct ServiceInfo {
     /// `spec.clusterIPs` (empty for headless).
     pub cluster_ips: Vec<IpAddr>,
     /// `spec.sessionAffinity`, defaulted to `None`.
-    pub session_affinity: String,
+    pub session_affinity: Setting,
     /// `spec.sessionAffinityConfig`.
     pub session_affinity_config: Option<SessionAffinityConfig>,
     /// `spec.internalTrafficPolicy`, defaulted to `Cluster`.
-    pub internal_traffic_policy: String,
+    pub internal_traffic_policy: Setting,
     /// `spec.trafficDistribution`.
     pub traffic_distribution: Option<String>,
 }
+
+/// A Service setting with a few usual values (`None`, `ClientIP`, `Cluster`,
+/// `Local`): those are not copied per Service, anything else is kept as given.
+pub type Setting = Cow<'static, str>;
+
+/// The [`Setting`] for `value`: one of `usual` when it is one, else a copy.
+pub fn setting(value: &str, usual: &[&'static str]) -> Setting {
+    match usual.iter().find(|u| **u == value) {
+        Some(u) => Cow::Borrowed(u),
+        None => Cow::Owned(value.to_owned()),
+    }
+}
+
+/// Usual `sessionAffinity` values.
+pub const SESSION_AFFINITIES: [&str; 2] = ["None", "ClientIP"];
+/// Usual `internalTrafficPolicy` values.
+pub const TRAFFIC_POLICIES: [&str; 2] = ["Cluster", "Local"];
 
 /// One endpoint of an EndpointSlice.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,11 +9,13 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use litemap::LiteMap;
 use serde::Serialize;
+use smallvec::{SmallVec, smallvec};
 
 use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
 use crate::crd::ServicePort;
 use crate::model::{
-    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKind, SliceInfo,
+    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKind, Setting,
+    SliceInfo,
 };
 
 /// Every cluster's inputs for one service, by cluster id (a sorted vector:
@@ -73,11 +75,11 @@ pub struct Import {
     /// ClusterIPs, local cluster first (set by the engine).
     pub addresses: Vec<IpAddr>,
     /// From the oldest export.
-    pub session_affinity: String,
+    pub session_affinity: Setting,
     /// From the oldest export.
     pub session_affinity_config: Option<SessionAffinityConfig>,
     /// From the oldest export.
-    pub internal_traffic_policy: String,
+    pub internal_traffic_policy: Setting,
     /// From the oldest export.
     pub traffic_distribution: Option<String>,
     /// Exported labels of the oldest export.
@@ -105,8 +107,9 @@ impl Import {
 pub struct ExportStatus {
     /// The exporting cluster.
     pub cluster: ClusterId,
-    /// `Valid`, `Ready`, and `Conflict` when the export is valid.
-    pub conditions: Vec<Condition>,
+    /// `Valid`, `Ready`, and `Conflict` when the export is valid (inline:
+    /// there is one status per export, hundreds of thousands at scale).
+    pub conditions: SmallVec<[Condition; 3]>,
     /// The reasons of the `Conflict` condition, when it is true.
     #[serde(skip)]
     pub conflicts: Vec<ConflictReason>,
@@ -259,7 +262,7 @@ fn invalid(
 ) -> ExportStatus {
     ExportStatus {
         cluster: cluster.clone(),
-        conditions: vec![
+        conditions: smallvec![
             Condition::new(VALID, false, reason, message),
             Condition::new(READY, false, ready_reason, message),
         ],
@@ -417,7 +420,7 @@ fn export_status(
     };
     ExportStatus {
         cluster: candidate.cluster.clone(),
-        conditions: vec![valid, ready, conflict],
+        conditions: smallvec![valid, ready, conflict],
         conflicts: reasons,
     }
 }

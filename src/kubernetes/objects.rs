@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::model::{
-    ClusterId, ExportAge, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey, ServiceKind,
-    SliceInfo,
+    ClusterId, ExportAge, ExportInfo, ImportType, IpFamily, SESSION_AFFINITIES, ServiceInfo,
+    ServiceKey, ServiceKind, SliceInfo, TRAFFIC_POLICIES, setting,
 };
 use crate::source::convert::ConvertError;
 
@@ -200,14 +200,14 @@ pub fn export_record(
                 .map(ToString::to_string)
                 .collect(),
             type_: type_.as_str().to_owned(),
-            session_affinity: Some(service.session_affinity.clone()),
+            session_affinity: Some(service.session_affinity.to_string()),
             session_affinity_config: service.session_affinity_config.clone(),
             ip_families: service
                 .ip_families
                 .iter()
                 .map(|f| f.as_str().to_owned())
                 .collect(),
-            internal_traffic_policy: Some(service.internal_traffic_policy.clone()),
+            internal_traffic_policy: Some(service.internal_traffic_policy.to_string()),
             traffic_distribution: service.traffic_distribution.clone(),
         },
         status: None,
@@ -271,15 +271,15 @@ pub fn read_export_record(
         ports: spec.ports.clone(),
         ip_families,
         cluster_ips,
-        session_affinity: spec
-            .session_affinity
-            .clone()
-            .unwrap_or_else(|| "None".into()),
+        session_affinity: setting(
+            spec.session_affinity.as_deref().unwrap_or("None"),
+            &SESSION_AFFINITIES,
+        ),
         session_affinity_config: spec.session_affinity_config.clone(),
-        internal_traffic_policy: spec
-            .internal_traffic_policy
-            .clone()
-            .unwrap_or_else(|| "Cluster".into()),
+        internal_traffic_policy: setting(
+            spec.internal_traffic_policy.as_deref().unwrap_or("Cluster"),
+            &TRAFFIC_POLICIES,
+        ),
         traffic_distribution: spec.traffic_distribution.clone(),
     };
     Ok((key, cluster, export, service))

@@ -551,14 +551,14 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
             ports: import.ports.clone(),
             ips: import.local_vips().map(|ip| ip.to_string()).collect(),
             type_: import.type_.as_str().to_owned(),
-            session_affinity: Some(import.session_affinity.clone()),
+            session_affinity: Some(import.session_affinity.to_string()),
             session_affinity_config: import.session_affinity_config.clone(),
             ip_families: import
                 .local_families
                 .iter()
                 .map(|f| f.as_str().to_owned())
                 .collect(),
-            internal_traffic_policy: Some(import.internal_traffic_policy.clone()),
+            internal_traffic_policy: Some(import.internal_traffic_policy.to_string()),
             traffic_distribution: import.traffic_distribution.clone(),
         },
     );

@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::crd::{self, LABEL_MCS_SERVICE_NAME, LABEL_SERVICE_NAME};
 use crate::model::{
-    Endpoint, ExportAge, ExportInfo, IpFamily, Object, ServiceInfo, ServiceKey, ServiceKind,
-    SliceInfo,
+    Endpoint, ExportAge, ExportInfo, IpFamily, Object, SESSION_AFFINITIES, ServiceInfo, ServiceKey,
+    ServiceKind, SliceInfo, TRAFFIC_POLICIES, setting,
 };
 
 /// The namespace of an object whose `metadata.namespace` is missing, as `kubectl apply` assumes.
@@ -198,13 +198,15 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
         ports,
         ip_families,
         cluster_ips,
-        session_affinity: non_empty(&spec.session_affinity)
-            .unwrap_or("None")
-            .to_owned(),
+        session_affinity: setting(
+            non_empty(&spec.session_affinity).unwrap_or("None"),
+            &SESSION_AFFINITIES,
+        ),
         session_affinity_config: spec.session_affinity_config.clone(),
-        internal_traffic_policy: non_empty(&spec.internal_traffic_policy)
-            .unwrap_or("Cluster")
-            .to_owned(),
+        internal_traffic_policy: setting(
+            non_empty(&spec.internal_traffic_policy).unwrap_or("Cluster"),
+            &TRAFFIC_POLICIES,
+        ),
         traffic_distribution: spec.traffic_distribution.clone(),
     };
     Ok((
@@ -254,7 +256,10 @@ pub fn service_export(
         clusterset_ip: switch(crd::ANNOTATION_CLUSTERSET_IP)?,
         pod_ips: switch(crd::ANNOTATION_POD_IPS)?,
     };
-    Ok((ServiceKey::new(namespace, name), Object::Export(Arc::new(info))))
+    Ok((
+        ServiceKey::new(namespace, name),
+        Object::Export(Arc::new(info)),
+    ))
 }
 
 /// True for an EndpointSlice an MCS implementation made for an import

@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use litemap::LiteMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
@@ -200,7 +201,7 @@ impl Stamp {
 #[derive(Debug)]
 struct FileState {
     stamp: Stamp,
-    objects: BTreeMap<Ident, Def>,
+    objects: LiteMap<Ident, Def>,
     problems: Vec<Problem>,
 }
 
@@ -218,7 +219,7 @@ struct Walk {
 struct FileCtx<'a> {
     path: &'a Path,
     cluster: ClusterId,
-    old: Option<&'a BTreeMap<Ident, Def>>,
+    old: Option<&'a LiteMap<Ident, Def>>,
     objects: BTreeMap<Ident, Def>,
     problems: Vec<Problem>,
 }
@@ -283,7 +284,9 @@ impl ManifestSource {
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|p| !walked.contains(p.as_path()) && !walk.keep.iter().any(|k| p.starts_with(k)))
+            .filter(|p| {
+                !walked.contains(p.as_path()) && !walk.keep.iter().any(|k| p.starts_with(k))
+            })
             .cloned()
             .collect();
         drop(walked);
@@ -543,7 +546,7 @@ impl ManifestSource {
         documents: Result<Vec<Value>, String>,
         cluster: ClusterId,
         stamp: Stamp,
-        old: Option<BTreeMap<Ident, Def>>,
+        old: Option<LiteMap<Ident, Def>>,
         now: i64,
     ) -> FileState {
         let documents = match documents {
@@ -572,7 +575,8 @@ impl ManifestSource {
         }
         FileState {
             stamp,
-            objects: ctx.objects,
+            // Built as a tree (documents come in any order), kept as a sorted vector.
+            objects: ctx.objects.into_iter().collect(),
             problems: ctx.problems,
         }
     }
