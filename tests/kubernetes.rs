@@ -827,38 +827,35 @@ async fn faults_keep_last_answers_and_converge_after_recovery() {
     .await;
 }
 
+/// `clusterset_dns_leader` of each replica of east.
+async fn east_leading(set: &KubeClusterset) -> Vec<u8> {
+    let mut leading = Vec::new();
+    for server in &set.member("east").servers {
+        let addr = server.running().metrics_addr.unwrap();
+        leading.push(scrape(addr, "clusterset_dns_leader").await as u8);
+    }
+    leading
+}
+
+/// The replica of east that leads, once exactly one does.
+async fn east_leader(set: &KubeClusterset) -> usize {
+    for _ in 0..250 {
+        let now = east_leading(set).await;
+        if now.iter().sum::<u8>() == 1 {
+            return now.iter().position(|l| *l == 1).unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("not exactly one leader in east")
+}
+
 /// Two replicas in one cluster: one holds the Lease and writes, both answer;
 /// when the leader shuts down it releases the Lease and the other takes over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_leads_and_hands_over_on_shutdown() {
     let mut set = three().await;
     set.add_replica(0).await;
-    let leaders = |set: &KubeClusterset| {
-        let servers = &set.member("east").servers;
-        let addrs: Vec<_> = servers
-            .iter()
-            .map(|s| s.running().metrics_addr.unwrap())
-            .collect();
-        async move {
-            let mut leading = Vec::new();
-            for addr in addrs {
-                leading.push(scrape(addr, "clusterset_dns_leader").await as u8);
-            }
-            leading
-        }
-    };
-    let first = {
-        let mut found = None;
-        for _ in 0..200 {
-            let now = leaders(&set).await;
-            if now.iter().sum::<u8>() == 1 {
-                found = now.iter().position(|l| *l == 1);
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        found.expect("exactly one leader in east")
-    };
+    let first = east_leader(&set).await;
     set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
     served_everywhere(&set, WEB).await;
     let vip = agreed_vip(&set, "shop", "web").await;
@@ -898,7 +895,7 @@ async fn one_replica_leads_and_hands_over_on_shutdown() {
         std::time::Duration::from_secs(5),
         "the other replica leads",
         vec![1],
-        || leaders(&set),
+        || east_leading(&set),
     )
     .await;
     set.apply("east", cluster_ip("shop", "api", &["10.1.0.11"]).exported());
@@ -932,4 +929,42 @@ async fn readiness_follows_the_broker() {
         .restart(fake_apiserver::RestartMode::KeepAll)
         .await;
     eventually_within(CONVERGE, "ready again", 200, ready).await;
+}
+
+/// A claim no VIP record keeps (its writer stopped between claiming and
+/// writing the record) is released by the next leader once it is older than
+/// a minute; a recent one is left to its writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_vip_claims_are_swept() {
+    let mut set = three().await;
+    set.add_replica(0).await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    let vip = agreed_vip(&set, "shop", "web").await;
+    let claim = |address: &str, created: Option<&str>| {
+        let mut claim = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": format!("clusterset-vip-{}", address.replace('.', "-")),
+                "namespace": BROKER_NAMESPACE,
+                "labels": {"clusterset-dns.io/vip-claim": "true"},
+            },
+            "data": {"address": address, "service": "shop/ghost"},
+        });
+        if let Some(created) = created {
+            claim["metadata"]["creationTimestamp"] = created.into();
+        }
+        set.broker.put_raw(claim).unwrap();
+    };
+    claim("243.9.9.9", Some(OLD));
+    claim("243.9.9.8", None);
+    let leader = east_leader(&set).await;
+    set.stop_replica(0, leader).await;
+    let ghost = |ip: &str| (ip.to_owned(), "shop/ghost".to_owned());
+    eventually_within(
+        CONVERGE,
+        "the old orphan is swept, the rest stays",
+        BTreeSet::from([(vip.to_string(), "shop/web".to_owned()), ghost("243.9.9.8")]),
+        || async { set.claims() },
+    )
+    .await;
 }

@@ -53,6 +53,7 @@ use lease::Candidate;
 use objects::Role;
 use owned::Owned;
 use queue::WorkQueue;
+use vip_claims::VipClaims;
 use writer::{Caches, Writer, WriterSettings};
 
 /// Writers working on different services at once.
@@ -61,6 +62,9 @@ const WORKERS: usize = 8;
 const RESYNC: Duration = Duration::from_secs(60);
 /// A healthy watch counts as in sync this often, even when nothing changes.
 const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Age after which a VIP claim no VIP record keeps is released: a writer
+/// writes the record milliseconds after claiming.
+const CLAIM_GRACE: Duration = Duration::from_secs(60);
 /// Longest wait before a failed service is written again.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -616,6 +620,7 @@ impl Controller {
         let (queue, state, metrics) =
             (self.queue.clone(), self.state.clone(), self.metrics.clone());
         let cluster = self.connection.cluster.clone();
+        let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
         self.tasks.spawn(async move {
             if synced.wait_for(|s| *s).await.is_err() {
                 return;
@@ -640,6 +645,11 @@ impl Controller {
                 keys.extend(own_records(&caches.broker_imports, &cluster));
                 for key in keys {
                     queue.add(key);
+                }
+                match claims.sweep(&caches.broker_imports, CLAIM_GRACE).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(claims = n, "released VIP claims no record kept"),
+                    Err(error) => warn!(%error, "cannot sweep VIP claims"),
                 }
                 tokio::select! {
                     _ = leading.wait_for(|l| !*l) => metrics.set_leader(false),

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tracing::debug;
 
@@ -189,6 +190,48 @@ impl VipClaims {
             self.unclaim(key, ip).await?;
         }
         Ok(())
+    }
+
+    /// Deletes claims older than `grace` that no VIP record keeps (left by a
+    /// writer that stopped between claiming an address and writing the
+    /// record); `records` is a watch cache of the broker's ServiceImports.
+    /// Returns how many went.
+    pub async fn sweep(
+        &self,
+        records: &Store<ServiceImport>,
+        grace: Duration,
+    ) -> Result<usize, kube::Error> {
+        let claims = self
+            .claims
+            .list(&ListParams::default().labels(&format!("{LABEL_CLAIM}=true")))
+            .await?;
+        let now = jiff::Timestamp::now();
+        let mut swept = 0;
+        for claim in claims {
+            let old_enough = claim.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+                now.duration_since(t.0) >= jiff::SignedDuration::try_from(grace).unwrap_or_default()
+            });
+            let data = claim.data.as_ref();
+            let held = |field: &str| data.and_then(|d| d.get(field));
+            let (Some(service), Some(Ok(ip))) = (
+                held("service").and_then(|s| s.split_once('/')),
+                held("address").map(|a| a.parse::<IpAddr>()),
+            ) else {
+                continue;
+            };
+            let key = ServiceKey::new(service.0, service.1);
+            let record = ObjectRef::new(&objects::vip_record_name(&key))
+                .within(claim.metadata.namespace.as_deref().unwrap_or_default());
+            let kept = records
+                .get(&record)
+                .is_some_and(|r| objects::record_vips(&r).contains(&ip));
+            if old_enough && !kept {
+                self.unclaim(&key, ip).await?;
+                debug!(service = %key, %ip, "swept a claim no VIP record keeps");
+                swept += 1;
+            }
+        }
+        Ok(swept)
     }
 
     /// Deletes the claim of `ip` if `key` holds it.
