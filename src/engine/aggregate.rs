@@ -49,7 +49,40 @@ pub struct ImportCluster {
     /// Its Service's cluster IPs in the import's families.
     pub cluster_ips: Vec<IpAddr>,
     /// Its ready endpoints in the import's families, one per address.
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: Endpoints,
+}
+
+/// A cluster's endpoints in an import: usually its one EndpointSlice as is
+/// (shared, not copied), else the ready endpoints of its slices, filtered.
+#[derive(Clone, Debug)]
+pub enum Endpoints {
+    /// Every endpoint of this slice qualifies.
+    Shared(Arc<SliceInfo>),
+    /// The endpoints that qualify, copied out of several slices.
+    Picked(Vec<Endpoint>),
+}
+
+impl std::ops::Deref for Endpoints {
+    type Target = [Endpoint];
+
+    fn deref(&self) -> &[Endpoint] {
+        match self {
+            Endpoints::Shared(slice) => &slice.endpoints,
+            Endpoints::Picked(endpoints) => endpoints,
+        }
+    }
+}
+
+impl PartialEq for Endpoints {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Serialize for Endpoints {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
 }
 
 /// The aggregated ServiceImport.
@@ -450,14 +483,32 @@ fn join(families: &[IpFamily]) -> String {
 
 fn import_cluster(candidate: &Candidate<'_>, families: &[IpFamily]) -> ImportCluster {
     let in_families = |ip: &IpAddr| families.contains(&IpFamily::of(ip));
-    let mut seen = HashSet::new();
-    let endpoints: Vec<Endpoint> = candidate
+    let qualifying = |seen: &mut HashSet<IpAddr>, e: &Endpoint| {
+        e.ready && in_families(&e.address) && seen.insert(e.address)
+    };
+    let only = candidate
         .slices
         .values()
-        .flat_map(|s| &s.endpoints)
-        .filter(|e| e.ready && in_families(&e.address) && seen.insert(e.address))
-        .cloned()
-        .collect();
+        .next()
+        .filter(|_| candidate.slices.len() == 1);
+    let shareable = |slice: &SliceInfo| {
+        let mut seen = HashSet::new();
+        slice.endpoints.iter().all(|e| qualifying(&mut seen, e))
+    };
+    let endpoints = match only {
+        Some(only) if shareable(only) => Endpoints::Shared(only.clone()),
+        _ => {
+            let mut seen = HashSet::new();
+            let picked = candidate
+                .slices
+                .values()
+                .flat_map(|s| &s.endpoints)
+                .filter(|e| qualifying(&mut seen, e))
+                .cloned()
+                .collect();
+            Endpoints::Picked(picked)
+        }
+    };
     ImportCluster {
         cluster: candidate.cluster.clone(),
         cluster_ips: candidate
@@ -835,5 +886,19 @@ pub(crate) mod tests {
             import.clusters[0].endpoints[0].hostname.as_deref(),
             Some("db-0")
         );
+        assert!(matches!(import.clusters[0].endpoints, Endpoints::Picked(_)));
+
+        // One slice whose endpoints all qualify is shared, not copied.
+        list.get_mut("a").unwrap().slices = [(
+            Box::from("s1"),
+            slice(&[("10.0.0.1", Some("db-0"), true), ("10.0.0.3", None, true)]),
+        )]
+        .into_iter()
+        .collect();
+        let import = aggregate(&list, BOTH).import.unwrap();
+        let shared = &import.clusters[0].endpoints;
+        let a_slice = list.get("a").and_then(|a| a.slices.get("s1")).unwrap();
+        assert!(matches!(shared, Endpoints::Shared(s) if Arc::ptr_eq(s, a_slice)));
+        assert_eq!(shared.len(), 2);
     }
 }
