@@ -7,10 +7,11 @@
 //! saved and restored (see `vip_state`), so a restart gives every live import
 //! the VIP it had, even where two names hashed to the same address.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use litemap::LiteMap;
 use thiserror::Error;
 
 use crate::model::{IpFamily, ServiceKey};
@@ -60,7 +61,7 @@ pub struct PoolExhausted {
 #[derive(Debug, Default)]
 pub struct VipAllocator {
     pools: VipPools,
-    held: HashMap<ServiceKey, BTreeMap<IpFamily, IpAddr>>,
+    held: HashMap<ServiceKey, LiteMap<IpFamily, IpAddr>>,
     owner: HashMap<IpAddr, ServiceKey>,
     /// Pool addresses in use by some cluster, with a use count.
     in_use_by_clusters: HashMap<IpAddr, u32>,
