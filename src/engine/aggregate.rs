@@ -4,12 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use litemap::LiteMap;
 use serde::Serialize;
-use smallvec::{SmallVec, smallvec};
 
 use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
 use crate::crd::ServicePort;
@@ -140,9 +139,10 @@ impl Import {
 pub struct ExportStatus {
     /// The exporting cluster.
     pub cluster: ClusterId,
-    /// `Valid`, `Ready`, and `Conflict` when the export is valid (inline:
-    /// there is one status per export, hundreds of thousands at scale).
-    pub conditions: SmallVec<[Condition; 3]>,
+    /// `Valid`, `Ready`, and `Conflict` when the export is valid. Shared:
+    /// nearly every export has the same conditions as every other, and there
+    /// are hundreds of thousands of exports at scale.
+    pub conditions: Arc<[Condition]>,
     /// The reasons of the `Conflict` condition, when it is true.
     #[serde(skip)]
     pub conflicts: Vec<ConflictReason>,
@@ -295,10 +295,10 @@ fn invalid(
 ) -> ExportStatus {
     ExportStatus {
         cluster: cluster.clone(),
-        conditions: smallvec![
+        conditions: Arc::new([
             Condition::new(VALID, false, reason, message),
             Condition::new(READY, false, ready_reason, message),
-        ],
+        ]),
         conflicts: Vec::new(),
     }
 }
@@ -430,11 +430,7 @@ fn export_status(
             ),
         )
     } else {
-        let message = match type_ {
-            ImportType::ClusterSetIP => "exported as ClusterSetIP",
-            ImportType::Headless => "exported as Headless",
-        };
-        Condition::new(READY, true, "Exported", message)
+        Condition::new(READY, true, "Exported", exported_as(type_))
     };
     let conflict = if reasons.is_empty() {
         Condition::new(CONFLICT, false, "NoConflicts", "")
@@ -453,9 +449,36 @@ fn export_status(
     };
     ExportStatus {
         cluster: candidate.cluster.clone(),
-        conditions: smallvec![valid, ready, conflict],
+        conditions: shared_conditions([valid, ready, conflict]),
         conflicts: reasons,
     }
+}
+
+/// The `Ready` message of an export in effect.
+fn exported_as(type_: ImportType) -> &'static str {
+    match type_ {
+        ImportType::ClusterSetIP => "exported as ClusterSetIP",
+        ImportType::Headless => "exported as Headless",
+    }
+}
+
+/// `conditions` as an `Arc`, the one every export in effect without
+/// conflicts shares when they are that export's usual ones.
+fn shared_conditions(conditions: [Condition; 3]) -> Arc<[Condition]> {
+    static USUAL: LazyLock<[Arc<[Condition]>; 2]> = LazyLock::new(|| {
+        [ImportType::ClusterSetIP, ImportType::Headless].map(|type_| {
+            Arc::new([
+                Condition::new(VALID, true, "Valid", ""),
+                Condition::new(READY, true, "Exported", exported_as(type_)),
+                Condition::new(CONFLICT, false, "NoConflicts", ""),
+            ]) as Arc<[Condition]>
+        })
+    });
+    USUAL
+        .iter()
+        .find(|usual| ***usual == conditions)
+        .cloned()
+        .unwrap_or_else(|| Arc::new(conditions))
 }
 
 fn same_ports(a: &[ServicePort], b: &[ServicePort]) -> bool {

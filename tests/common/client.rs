@@ -86,13 +86,16 @@ pub async fn tcp_raw_many(addr: SocketAddr, messages: &[&[u8]]) -> Vec<Vec<u8>> 
         .expect("TCP exchange")
 }
 
-/// Sends `message` over UDP and returns the checked response.
+/// Sends `message` over UDP and returns the checked response. Like `dig`,
+/// asks up to three times: a datagram may be lost on a loaded machine.
 pub async fn exchange_udp(addr: SocketAddr, message: &Message) -> (Message, usize) {
     let bytes = message.to_vec().expect("query encodes");
-    let reply = udp_raw(addr, &bytes, REPLY_TIMEOUT)
-        .await
-        .expect("a UDP reply in time");
-    (checked(message, &reply), reply.len())
+    for _ in 0..3 {
+        if let Some(reply) = udp_raw(addr, &bytes, REPLY_TIMEOUT).await {
+            return (checked(message, &reply), reply.len());
+        }
+    }
+    panic!("no UDP reply from {addr} to three tries");
 }
 
 /// Sends `message` over TCP and returns the checked response.
