@@ -19,6 +19,9 @@ pub use aggregate::{
 use conditions::ConflictReason;
 use vip::{VipAllocator, VipPools};
 
+/// Hasher of the per-service maps (keys come from the clusters' own objects).
+type Hasher = foldhash::fast::RandomState;
+
 /// Who decides which VIP an import gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum VipSource {
@@ -99,8 +102,8 @@ pub struct Engine {
     vip_source: VipSource,
     local_cluster: Option<ClusterId>,
     stats: Stats,
-    inputs: HashMap<ServiceKey, PerCluster>,
-    results: HashMap<ServiceKey, Aggregate>,
+    inputs: HashMap<ServiceKey, PerCluster, Hasher>,
+    results: HashMap<ServiceKey, Aggregate, Hasher>,
     vips: VipAllocator,
 }
 
@@ -113,8 +116,8 @@ impl Engine {
             vip_source: settings.vip_source,
             local_cluster: settings.local_cluster,
             stats: Stats::default(),
-            inputs: HashMap::new(),
-            results: HashMap::new(),
+            inputs: HashMap::default(),
+            results: HashMap::default(),
             vips: VipAllocator::new(settings.pools),
         }
     }

@@ -61,8 +61,8 @@ pub struct PoolExhausted {
 #[derive(Debug, Default)]
 pub struct VipAllocator {
     pools: VipPools,
-    held: HashMap<ServiceKey, LiteMap<IpFamily, IpAddr>>,
-    owner: HashMap<IpAddr, ServiceKey>,
+    held: HashMap<ServiceKey, LiteMap<IpFamily, IpAddr>, foldhash::fast::RandomState>,
+    owner: HashMap<IpAddr, ServiceKey, foldhash::fast::RandomState>,
     /// Pool addresses in use by some cluster, with a use count.
     in_use_by_clusters: HashMap<IpAddr, u32>,
     /// VIPs given out, by family (`IpFamily as usize`).

@@ -26,6 +26,10 @@ use super::convert;
 use crate::crd;
 use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
 
+/// The hasher of the source's big maps (the standard one is DoS-resistant
+/// and slower; these keys come from the operator's own files).
+type Hasher = foldhash::fast::RandomState;
+
 /// Something wrong with the directory, a file or one document of a file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Problem {
@@ -141,7 +145,7 @@ struct Known {
 /// Strings many objects share (namespaces, names), stored once.
 #[derive(Debug, Default)]
 struct Interner {
-    strings: HashSet<Arc<str>>,
+    strings: HashSet<Arc<str>, Hasher>,
     live_at_last_prune: usize,
 }
 
@@ -236,9 +240,9 @@ enum Converted {
 pub struct ManifestSource {
     dir: PathBuf,
     /// Hashed, not ordered: comparing paths is slow, and a rescan looks up every file.
-    files: HashMap<PathBuf, FileState>,
+    files: HashMap<PathBuf, FileState, Hasher>,
     /// Every object some file defines or the engine was told about.
-    known: HashMap<Ident, Known>,
+    known: HashMap<Ident, Known, Hasher>,
     /// The objects more than one file defines.
     duplicated: BTreeSet<Ident>,
     /// Namespaces and names, shared by idents, keys and the engine.
@@ -253,8 +257,8 @@ impl ManifestSource {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         ManifestSource {
             dir: dir.into(),
-            files: HashMap::new(),
-            known: HashMap::new(),
+            files: HashMap::default(),
+            known: HashMap::default(),
             duplicated: BTreeSet::new(),
             strings: Interner::default(),
             next_seq: 0,
