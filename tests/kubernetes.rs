@@ -13,6 +13,7 @@ mod kube_clusterset;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use clusterset_dns::cli::Command as CliCommand;
 use common::*;
 use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
@@ -967,4 +968,68 @@ async fn orphaned_vip_claims_are_swept() {
         || async { set.claims() },
     )
     .await;
+}
+
+/// Pod IPs in the EndpointSlices of a ClusterIP service are the default; an
+/// export annotated `clusterset-dns.io/use-pod-ips: "false"` sends its
+/// Service's ClusterIP instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_carry_pod_ips_unless_the_export_says_otherwise() {
+    let set = three().await;
+    let web = cluster_ip("shop", "web", &["10.1.0.10"]);
+    let no_pod_ips = web.export().set(
+        "metadata.annotations",
+        serde_json::json!({"clusterset-dns.io/use-pod-ips": "false"}),
+    );
+    set.apply("east", [no_pod_ips, web]);
+    set.apply(
+        "east",
+        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
+    );
+    set.apply("west", cluster_ip("shop", "web", &["10.3.0.10"]).exported());
+    set.apply(
+        "west",
+        [slice("shop", "web-west", "web", &[ep("10.3.5.5")])],
+    );
+    let mirror = |cluster: &str, ip: &str| (cluster.to_owned(), vec![ip.to_owned()]);
+    eventually_within(
+        CONVERGE,
+        "north mirrors east's ClusterIP and west's pod IP",
+        BTreeSet::from([mirror("east", "10.1.0.10"), mirror("west", "10.3.5.5")]),
+        || async { set.mcs_slices("north", "shop", "web") },
+    )
+    .await;
+}
+
+/// Without `--cluster-id`, the id is the `cluster.clusterset.k8s.io`
+/// ClusterProperty; without either, start-up fails saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_id_comes_from_the_cluster_property() {
+    let api = fake_apiserver::FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig, "member").unwrap();
+    let kubeconfig = kubeconfig.display().to_string();
+    let connect = || async {
+        let CliCommand::Serve(args) = parse_cli(&[
+            "serve",
+            "--source",
+            "kubernetes",
+            "--kubeconfig",
+            &kubeconfig,
+        ]) else {
+            panic!("serve arguments expected")
+        };
+        clusterset_dns::kubernetes::connect(&args.kubernetes).await
+    };
+    let err = connect().await.err().expect("no id anywhere").to_string();
+    assert!(err.contains("--cluster-id"), "{err}");
+    api.put_raw(serde_json::json!({
+        "apiVersion": "about.k8s.io/v1alpha1", "kind": "ClusterProperty",
+        "metadata": {"name": "cluster.clusterset.k8s.io"},
+        "spec": {"value": "east.eu"},
+    }))
+    .unwrap();
+    let connection = connect().await.expect("connects");
+    assert_eq!(&*connection.cluster, "east.eu");
 }
