@@ -51,8 +51,9 @@ pub enum Command {
     /// Print the imports and export conditions, like `kubectl get` would, and exit.
     Status(StatusArgs),
     /// Validate a configuration (flags, `--config` file, manifest directory,
-    /// VIP state file) without serving: exit 0 when `serve` would start
-    /// cleanly, non-zero with the problems otherwise.
+    /// VIP state file; with `--source kubernetes`, the local and broker API
+    /// servers) without serving: exit 0 when `serve` would start cleanly,
+    /// non-zero with the problems otherwise.
     Check(ServeArgs),
     /// Print the ServiceExport and ServiceImport CustomResourceDefinitions
     /// (generated from the Rust types) as multi-document YAML.

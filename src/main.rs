@@ -4,9 +4,9 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clusterset_dns::cli::{Command, LogFormat, ServeArgs};
+use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
 use clusterset_dns::config_file::{self, Invocation};
-use clusterset_dns::{crd, serve, status};
+use clusterset_dns::{crd, kubernetes, serve, status};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
@@ -37,7 +37,10 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
         Some(Command::Serve(args)) => serve::serve(args).await?,
         Some(Command::Status(args)) => print!("{}", status::render(&args)?),
         Some(Command::Check(args)) => {
-            let report = config_file::check(&args);
+            let report = match args.kubernetes.source {
+                SourceKind::Manifests => config_file::check(&args),
+                SourceKind::Kubernetes => kubernetes::check(&args.kubernetes).await,
+            };
             print!("{}", report.summary);
             if !report.problems.is_empty() {
                 eprintln!("error: {} problem(s):", report.problems.len());

@@ -1033,3 +1033,58 @@ async fn the_cluster_id_comes_from_the_cluster_property() {
     let connection = connect().await.expect("connects");
     assert_eq!(&*connection.cluster, "east.eu");
 }
+
+/// `check --source kubernetes` reaches both API servers and reports what
+/// would keep `serve` from working, without writing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reaches_the_api_servers() {
+    let (member, broker) = (
+        fake_apiserver::FakeApiServer::start().await,
+        fake_apiserver::FakeApiServer::start().await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (local, shared) = (dir.path().join("member"), dir.path().join("broker"));
+    member.write_kubeconfig(&local, "member").unwrap();
+    broker.write_kubeconfig(&shared, "broker").unwrap();
+    let args: Vec<String> = [
+        "check",
+        "--source",
+        "kubernetes",
+        "--cluster-id",
+        "east",
+        "--kubeconfig",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([local.display().to_string(), "--broker-kubeconfig".into()])
+    .chain([shared.display().to_string()])
+    .collect();
+    let check = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_binary(&args)
+        })
+    };
+    let output = check(args.clone()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("namespace clusterset-broker does not exist"),
+        "{stderr}"
+    );
+
+    broker.create_namespace(BROKER_NAMESPACE);
+    let output = check(args).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("local cluster east: ServiceExports readable"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 ServiceImports"), "{stdout}");
+    assert_eq!(
+        member.request_count(fake_apiserver::Verb::Create),
+        0,
+        "check writes nothing"
+    );
+}

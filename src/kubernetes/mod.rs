@@ -42,6 +42,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{info, warn};
 
 use crate::cli::{ClustersetArgs, KubernetesArgs};
+use crate::config_file::CheckReport;
 use crate::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::engine::{EngineSettings, VipSource};
 use crate::metrics::Metrics;
@@ -98,6 +99,57 @@ pub async fn connect(args: &KubernetesArgs) -> anyhow::Result<Connection> {
         broker,
         cluster: cluster.into(),
     })
+}
+
+/// What `check --source kubernetes` finds: both API servers reachable, this
+/// cluster's id known, the MCS kinds served locally and on the broker, and
+/// the broker namespace there. Reads only.
+pub async fn check(args: &KubernetesArgs) -> CheckReport {
+    let mut report = CheckReport {
+        summary: String::new(),
+        problems: Vec::new(),
+    };
+    let connection = match connect(args).await {
+        Ok(connection) => connection,
+        Err(e) => {
+            report.problems.push(format!("{e:#}"));
+            return report;
+        }
+    };
+    let exports: Api<ServiceExport> = Api::all(connection.local.clone());
+    match exports.list(&ListParams::default().limit(1)).await {
+        Ok(_) => report.summary.push_str(&format!(
+            "local cluster {}: ServiceExports readable\n",
+            connection.cluster
+        )),
+        Err(e) => report
+            .problems
+            .push(format!("local cluster: cannot list ServiceExports: {e}")),
+    }
+    let namespaces: Api<Namespace> = Api::all(connection.broker.clone());
+    match namespaces.get_opt(&args.broker_namespace).await {
+        Ok(Some(_)) => {}
+        Ok(None) => report.problems.push(format!(
+            "broker: namespace {} does not exist (see --broker-namespace)",
+            args.broker_namespace
+        )),
+        // Reading namespaces is not needed to serve: the broker RBAC may forbid it.
+        Err(_) => {}
+    }
+    let records: Api<ServiceImport> =
+        Api::namespaced(connection.broker.clone(), &args.broker_namespace);
+    match records.list(&ListParams::default()).await {
+        Ok(list) => report.summary.push_str(&format!(
+            "broker namespace {}: {} ServiceImports (export and VIP records)\n",
+            args.broker_namespace,
+            list.items.len()
+        )),
+        Err(e) => report.problems.push(format!(
+            "broker: cannot list ServiceImports in {}: {e}",
+            args.broker_namespace
+        )),
+    }
+    report
 }
 
 async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Client> {
