@@ -92,19 +92,7 @@ async fn import_lives_while_any_cluster_exports() {
 
     // The cluster that allocated leaves: the VIP stays.
     set.unexport("east", "shop", "web");
-    for id in ALL {
-        eventually_within(
-            CONVERGE,
-            "west alone in the import",
-            vec!["west".to_owned()],
-            || async {
-                set.import(id, "shop", "web")
-                    .map(|i| status_clusters(&i))
-                    .unwrap_or_default()
-            },
-        )
-        .await;
-    }
+    import_clusters_become(&set, "shop", "web", "west alone in the import", &["west"]).await;
     assert_eq!(agreed_vip(&set, "shop", "web").await, vip);
     everywhere(&set, WEB, RecordType::A, Outcome::Ips([vip].into())).await;
 
@@ -123,11 +111,47 @@ async fn import_lives_while_any_cluster_exports() {
     .await;
 }
 
-/// `(type, status, reason)` triples, for comparing conditions.
-fn conds(list: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
-    list.iter()
+/// Waits until a member's ServiceExport has these `(type, status, reason)` conditions.
+async fn conditions_become(
+    set: &KubeClusterset,
+    id: &str,
+    ns: &str,
+    name: &str,
+    what: &str,
+    expected: &[(&str, &str, &str)],
+) {
+    let expected: Vec<(String, String, String)> = expected
+        .iter()
         .map(|(t, s, r)| ((*t).to_owned(), (*s).to_owned(), (*r).to_owned()))
-        .collect()
+        .collect();
+    eventually_within(CONVERGE, what, expected, || async {
+        set.export_conditions(id, ns, name)
+    })
+    .await;
+}
+
+/// Waits until every member's ServiceImport lists these clusters.
+async fn import_clusters_become(
+    set: &KubeClusterset,
+    ns: &str,
+    name: &str,
+    what: &str,
+    expected: &[&str],
+) {
+    let expected: Vec<String> = expected.iter().map(|c| (*c).to_owned()).collect();
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{what} in {id}"),
+            expected.clone(),
+            || async {
+                set.import(id, ns, name)
+                    .map(|i| status_clusters(&i))
+                    .unwrap_or_default()
+            },
+        )
+        .await;
+    }
 }
 
 /// A Service and its ServiceExport created at `created` (RFC 3339).
@@ -273,30 +297,34 @@ async fn ports_are_merged_and_differences_are_port_conflicts() {
         )
         .await;
     }
-    eventually_within(
-        CONVERGE,
+    conditions_become(
+        &set,
+        "west",
+        "shop",
+        "web",
         "west's export conditions",
-        conds(&[
+        &[
             ("Valid", "True", "Valid"),
             ("Ready", "True", "Exported"),
             ("Conflict", "True", "PortConflict"),
-        ]),
-        || async { set.export_conditions("west", "shop", "web") },
+        ],
     )
     .await;
     assert!(
         set.export_message("west", "shop", "web", "Conflict")
             .contains("east")
     );
-    eventually_within(
-        CONVERGE,
+    conditions_become(
+        &set,
+        "east",
+        "shop",
+        "web",
         "east's export conditions",
-        conds(&[
+        &[
             ("Valid", "True", "Valid"),
             ("Ready", "True", "Exported"),
             ("Conflict", "False", "NoConflicts"),
-        ]),
-        || async { set.export_conditions("east", "shop", "web") },
+        ],
     )
     .await;
     let (targets, _) = srv(set.member("north").dns(), "web.shop.svc.clusterset.local.").await;
@@ -325,10 +353,13 @@ async fn type_conflicts_external_names_and_exported_metadata() {
         external_name("shop", "ext", "example.com").exported(),
     );
 
-    eventually_within(
-        CONVERGE,
+    conditions_become(
+        &set,
+        "west",
+        "shop",
+        "web",
         "west's type conflict",
-        conds(&[
+        &[
             ("Valid", "True", "Valid"),
             ("Ready", "True", "Exported"),
             (
@@ -336,8 +367,7 @@ async fn type_conflicts_external_names_and_exported_metadata() {
                 "True",
                 "TypeConflict,LabelsConflict,AnnotationsConflict",
             ),
-        ]),
-        || async { set.export_conditions("west", "shop", "web") },
+        ],
     )
     .await;
     for id in ALL {
@@ -375,14 +405,16 @@ async fn type_conflicts_external_names_and_exported_metadata() {
     )
     .await;
 
-    eventually_within(
-        CONVERGE,
+    conditions_become(
+        &set,
+        "north",
+        "shop",
+        "ext",
         "ExternalName is invalid",
-        conds(&[
+        &[
             ("Valid", "False", "InvalidServiceType"),
             ("Ready", "False", "Failed"),
-        ]),
-        || async { set.export_conditions("north", "shop", "ext") },
+        ],
     )
     .await;
     everywhere(
@@ -487,15 +519,17 @@ async fn dual_stack_families_are_intersected_and_filtered_per_cluster() {
         "west",
         exported_at(cluster_ip("shop", "split", &["fd00:3::7"]), NEW),
     );
-    eventually_within(
-        CONVERGE,
+    conditions_become(
+        &set,
+        "west",
+        "shop",
+        "split",
         "west's IPFamilyConflict",
-        conds(&[
+        &[
             ("Valid", "True", "Valid"),
             ("Ready", "False", "Failed"),
             ("Conflict", "True", "IPFamilyConflict"),
-        ]),
-        || async { set.export_conditions("west", "shop", "split") },
+        ],
     )
     .await;
     eventually_within(
@@ -551,15 +585,17 @@ async fn without_vips_names_resolve_to_cluster_ips_local_first() {
         "north",
         exported_at(cluster_ip("shop", "plain", &["10.2.0.20"]), NEW),
     );
-    eventually_within(
-        CONVERGE,
+    conditions_become(
+        &set,
+        "north",
+        "shop",
+        "plain",
         "north's conflict",
-        conds(&[
+        &[
             ("Valid", "True", "Valid"),
             ("Ready", "True", "Exported"),
             ("Conflict", "True", "ClusterSetIPConflict"),
-        ]),
-        || async { set.export_conditions("north", "shop", "plain") },
+        ],
     )
     .await;
     everywhere(
@@ -780,19 +816,7 @@ async fn faults_keep_last_answers_and_converge_after_recovery() {
     set.broker
         .restart(fake_apiserver::RestartMode::KeepObjects)
         .await;
-    for id in ALL {
-        eventually_within(
-            CONVERGE,
-            "west left the import",
-            vec!["east".to_owned()],
-            || async {
-                set.import(id, "shop", "web")
-                    .map(|i| status_clusters(&i))
-                    .unwrap_or_default()
-            },
-        )
-        .await;
-    }
+    import_clusters_become(&set, "shop", "web", "west left the import", &["east"]).await;
 
     // North's own API server restarts: north keeps answering meanwhile.
     let north = &set.member("north").api;
