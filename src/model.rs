@@ -14,6 +14,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::ServicePort;
 
+/// FNV-1a of `bytes`: a hash that is the same in every process and release
+/// (VIP placement and object names depend on it).
+pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// A member cluster's id (an RFC 1123 name; one or two DNS labels).
 pub type ClusterId = Arc<str>;
 

@@ -325,9 +325,7 @@ impl PoolSpan {
 /// FNV-1a over `<namespace>/<name>/<family>`: fixed for ever, unlike std's hasher.
 fn stable_hash(key: &ServiceKey, family: IpFamily) -> u64 {
     let text = format!("{}/{}/{}", key.namespace, key.name, family);
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    crate::model::stable_hash(text.bytes())
 }
 
 #[cfg(test)]

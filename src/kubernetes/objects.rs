@@ -136,12 +136,7 @@ pub fn vip_record_name(key: &ServiceKey) -> String {
 /// A name made of a readable prefix and a hash of `parts`, within the
 /// 253 characters Kubernetes allows.
 pub fn hashed_name(prefix: &str, parts: &[&str]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for byte in part.bytes().chain([0]) {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
+    let hash = crate::model::stable_hash(parts.iter().flat_map(|p| p.bytes().chain([0])));
     let prefix: String = prefix.chars().take(200).collect();
     format!("{}-{hash:016x}", prefix.trim_end_matches(['-', '.']))
 }
