@@ -26,8 +26,9 @@ use crate::fake_apiserver::FakeApiServer;
 pub const BROKER_NAMESPACE: &str = "clusterset-broker";
 /// Namespace of the leader Lease in each member.
 pub const LEASE_NAMESPACE: &str = "clusterset-dns";
-/// How long cross-cluster convergence may take in tests (generous: shared machines).
-pub const CONVERGE: Duration = Duration::from_secs(15);
+/// How long cross-cluster convergence may take in tests (generous: the
+/// machines are shared, and the whole suite runs three instances per test).
+pub const CONVERGE: Duration = Duration::from_secs(30);
 
 /// One member cluster: its API server and its clusterset-dns replicas.
 pub struct Member {
