@@ -11,6 +11,7 @@ pub mod dns;
 pub mod engine;
 pub mod http;
 pub mod index;
+pub mod intern;
 pub mod kubernetes;
 pub mod metrics;
 pub mod model;

@@ -7,12 +7,14 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::crd::ServicePort;
+use crate::intern::Interner;
 
 /// FNV-1a of `bytes`: a hash that is the same in every process and release
 /// (VIP placement and object names depend on it).
@@ -93,7 +95,7 @@ impl fmt::Display for IpFamily {
 }
 
 /// How a Service is reached, which decides the import type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ServiceKind {
     /// ClusterIP, NodePort or LoadBalancer: imported as `ClusterSetIP`.
     ClusterIp,
@@ -150,17 +152,34 @@ pub struct ExportInfo {
     pub pod_ips: Option<bool>,
 }
 
-/// What a cluster's Service says, reduced to what an import needs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// What a cluster's Service says, reduced to what an import needs: its own
+/// ClusterIPs, and the rest, which is shared with every Service that says the
+/// same (see [`ServiceSpec::shared`]). Derefs to the [`ServiceSpec`].
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceInfo {
+    /// `spec.clusterIPs` (empty for headless).
+    pub cluster_ips: SmallVec<[IpAddr; 1]>,
+    /// Everything else.
+    pub spec: Arc<ServiceSpec>,
+}
+
+impl std::ops::Deref for ServiceInfo {
+    type Target = ServiceSpec;
+
+    fn deref(&self) -> &ServiceSpec {
+        &self.spec
+    }
+}
+
+/// The part of a Service most Services share: kind, ports, families, settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceSpec {
     /// ClusterIP-like, headless or ExternalName.
     pub kind: ServiceKind,
     /// Ports with `protocol` defaulted to `TCP`.
-    pub ports: Vec<ServicePort>,
+    pub ports: Arc<[ServicePort]>,
     /// `spec.ipFamilies` (derived from `clusterIPs` when absent; `IPv4` when both are).
     pub ip_families: Vec<IpFamily>,
-    /// `spec.clusterIPs` (empty for headless).
-    pub cluster_ips: Vec<IpAddr>,
     /// `spec.sessionAffinity`, defaulted to `None`.
     pub session_affinity: Setting,
     /// `spec.sessionAffinityConfig`.
@@ -169,6 +188,31 @@ pub struct ServiceInfo {
     pub internal_traffic_policy: Setting,
     /// `spec.trafficDistribution`.
     pub traffic_distribution: Option<String>,
+}
+
+// `SessionAffinityConfig` is only `PartialEq`, but its one field is an
+// `Option<i32>`: equality is total, and hashing that field agrees with it.
+impl Eq for ServiceSpec {}
+
+impl std::hash::Hash for ServiceSpec {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let timeout = self
+            .session_affinity_config
+            .as_ref()
+            .map(|c| c.client_ip.as_ref().map(|ip| ip.timeout_seconds));
+        (self.kind, &self.ports, &self.ip_families).hash(state);
+        (&self.session_affinity, timeout).hash(state);
+        (&self.internal_traffic_policy, &self.traffic_distribution).hash(state);
+    }
+}
+
+impl ServiceSpec {
+    /// The process-wide shared copy of this spec.
+    pub fn shared(self) -> Arc<ServiceSpec> {
+        static SPECS: LazyLock<Mutex<Interner<ServiceSpec>>> = LazyLock::new(Default::default);
+        let mut specs = SPECS.lock().unwrap_or_else(|e| e.into_inner());
+        specs.get(&self, || Arc::new(self.clone()))
+    }
 }
 
 /// A Service setting with a few usual values (`None`, `ClientIP`, `Cluster`,
@@ -194,7 +238,7 @@ pub struct Endpoint {
     /// Its address: the first of `addresses`, the only one Kubernetes gives a meaning to.
     pub address: IpAddr,
     /// `hostname`, used for the per-pod DNS name.
-    pub hostname: Option<Arc<str>>,
+    pub hostname: Option<Box<str>>,
     /// `conditions.ready` (absent counts as ready, as in Kubernetes).
     pub ready: bool,
 }

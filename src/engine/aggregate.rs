@@ -9,6 +9,7 @@ use std::sync::{Arc, LazyLock};
 use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use litemap::LiteMap;
 use serde::Serialize;
+use smallvec::SmallVec;
 
 use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
 use crate::crd::ServicePort;
@@ -46,7 +47,7 @@ pub struct ImportCluster {
     /// The cluster id.
     pub cluster: ClusterId,
     /// Its Service's cluster IPs in the import's families.
-    pub cluster_ips: Vec<IpAddr>,
+    pub cluster_ips: SmallVec<[IpAddr; 1]>,
     /// Its ready endpoints in the import's families, one per address.
     pub endpoints: Endpoints,
 }
@@ -91,8 +92,9 @@ pub struct Import {
     /// `ClusterSetIP` or `Headless`, from the oldest export.
     #[serde(rename = "type")]
     pub type_: ImportType,
-    /// Union of the exported ports.
-    pub ports: Vec<ServicePort>,
+    /// Union of the exported ports (the oldest export's own list, shared,
+    /// when the others add none).
+    pub ports: Arc<[ServicePort]>,
     /// Intersected families of the exports (clusterset-wide).
     pub ip_families: Vec<IpFamily>,
     /// `ip_families` less what the local cluster does not support; DNS serves these.
@@ -325,10 +327,13 @@ fn intersect_families(valid: &[Candidate<'_>]) -> (Vec<IpFamily>, BTreeSet<Clust
 
 /// Union of ports, oldest first: a later port is dropped when its name or its
 /// protocol+port is already taken.
-fn union_ports<'a>(candidates: impl Iterator<Item = &'a Candidate<'a>>) -> Vec<ServicePort> {
-    let mut ports: Vec<ServicePort> = Vec::new();
+fn union_ports<'a>(mut candidates: impl Iterator<Item = &'a Candidate<'a>>) -> Arc<[ServicePort]> {
+    let Some(oldest) = candidates.next() else {
+        return Arc::new([]);
+    };
+    let mut ports = oldest.service.ports.to_vec();
     for candidate in candidates {
-        for port in &candidate.service.ports {
+        for port in candidate.service.ports.iter() {
             let taken = ports.iter().any(|p| {
                 (p.name.is_some() && p.name == port.name)
                     || (p.protocol == port.protocol && p.port == port.port)
@@ -338,7 +343,11 @@ fn union_ports<'a>(candidates: impl Iterator<Item = &'a Candidate<'a>>) -> Vec<S
             }
         }
     }
-    ports
+    if ports.len() == oldest.service.ports.len() {
+        oldest.service.ports.clone()
+    } else {
+        ports.into()
+    }
 }
 
 fn export_status(
@@ -522,13 +531,14 @@ fn import_cluster(candidate: &Candidate<'_>, families: &[IpFamily]) -> ImportClu
         Some(only) if shareable(only) => Endpoints::Shared(only.clone()),
         _ => {
             let mut seen = HashSet::new();
-            let picked = candidate
+            let mut picked: Vec<Endpoint> = candidate
                 .slices
                 .values()
                 .flat_map(|s| &s.endpoints)
                 .filter(|e| qualifying(&mut seen, e))
                 .cloned()
                 .collect();
+            picked.shrink_to_fit();
             Endpoints::Picked(picked)
         }
     };
@@ -552,8 +562,8 @@ pub(crate) mod tests {
 
     /// A ClusterIP service with one named port, families and cluster IPs derived from `ips`.
     pub(crate) fn service(ips: &[&str], ports: &[(&str, i32)]) -> ServiceInfo {
-        let cluster_ips: Vec<IpAddr> = ips.iter().map(|s| s.parse().unwrap()).collect();
-        ServiceInfo {
+        let cluster_ips: SmallVec<[IpAddr; 1]> = ips.iter().map(|s| s.parse().unwrap()).collect();
+        let spec = crate::model::ServiceSpec {
             kind: ServiceKind::ClusterIp,
             ports: ports
                 .iter()
@@ -565,11 +575,14 @@ pub(crate) mod tests {
                 })
                 .collect(),
             ip_families: cluster_ips.iter().map(IpFamily::of).collect(),
-            cluster_ips,
             session_affinity: "None".into(),
             session_affinity_config: None,
             internal_traffic_policy: "Cluster".into(),
             traffic_distribution: None,
+        };
+        ServiceInfo {
+            cluster_ips,
+            spec: spec.shared(),
         }
     }
 
@@ -636,7 +649,7 @@ pub(crate) mod tests {
     #[test]
     fn invalid_exports_make_no_import() {
         let mut external = service(&[], &[]);
-        external.kind = ServiceKind::ExternalName;
+        Arc::make_mut(&mut external.spec).kind = ServiceKind::ExternalName;
         let a = aggregate(
             &inputs(vec![
                 ("a", Some(export(1)), None),
@@ -664,8 +677,8 @@ pub(crate) mod tests {
     #[test]
     fn oldest_export_wins_type_and_newer_gets_type_conflict() {
         let mut headless = service(&[], &[("http", 80)]);
-        headless.kind = ServiceKind::Headless;
-        headless.ip_families = vec![IPv4];
+        Arc::make_mut(&mut headless.spec).kind = ServiceKind::Headless;
+        Arc::make_mut(&mut headless.spec).ip_families = vec![IPv4];
         let a = aggregate(
             &inputs(vec![
                 (
@@ -704,7 +717,7 @@ pub(crate) mod tests {
     #[test]
     fn equal_ages_fall_back_to_cluster_id_order() {
         let mut b = service(&["10.0.0.2"], &[("http", 80)]);
-        b.session_affinity = "ClientIP".into();
+        Arc::make_mut(&mut b.spec).session_affinity = "ClientIP".into();
         let a = aggregate(
             &inputs(vec![
                 ("b", Some(export(5)), Some(b)),
@@ -771,8 +784,8 @@ pub(crate) mod tests {
     #[test]
     fn several_reasons_are_comma_joined() {
         let mut b = service(&["10.0.0.2"], &[("grpc", 90)]);
-        b.internal_traffic_policy = "Local".into();
-        b.traffic_distribution = Some("PreferClose".into());
+        Arc::make_mut(&mut b.spec).internal_traffic_policy = "Local".into();
+        Arc::make_mut(&mut b.spec).traffic_distribution = Some("PreferClose".into());
         let mut b_export = export(2);
         b_export.labels.insert("team".into(), "x".into());
         b_export.annotations.insert("note".into(), "y".into());
@@ -826,7 +839,7 @@ pub(crate) mod tests {
             ["a", "b", "d"]
         );
         assert_eq!(
-            import.clusters[0].cluster_ips,
+            import.clusters[0].cluster_ips[..],
             ["10.0.0.1".parse::<IpAddr>().unwrap()]
         );
         let c = status(&a, "c", CONFLICT);
@@ -874,8 +887,8 @@ pub(crate) mod tests {
     #[test]
     fn headless_takes_ready_endpoints_of_exporting_clusters_only() {
         let mut headless = service(&[], &[("db", 5432)]);
-        headless.kind = ServiceKind::Headless;
-        headless.ip_families = vec![IPv4];
+        Arc::make_mut(&mut headless.spec).kind = ServiceKind::Headless;
+        Arc::make_mut(&mut headless.spec).ip_families = vec![IPv4];
         let mut list = inputs(vec![
             ("a", Some(export(1)), Some(headless.clone())),
             ("b", None, Some(headless)),

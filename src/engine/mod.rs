@@ -336,7 +336,7 @@ fn addresses(entry: &ClusterInputs, reference: &ObjectRef) -> (ObjectRef, Vec<Ip
         ObjectRef::Service => entry
             .service
             .as_ref()
-            .map(|s| s.cluster_ips.clone())
+            .map(|s| s.cluster_ips.to_vec())
             .unwrap_or_default(),
         ObjectRef::Slice(name) => entry
             .slices

@@ -391,8 +391,8 @@ mod tests {
         let web = ServiceKey::new("shop", "web");
         let db = ServiceKey::new("shop", "db");
         let mut headless = service(&[], &[("pg", 5432)]);
-        headless.kind = ServiceKind::Headless;
-        headless.ip_families = vec![crate::model::IpFamily::IPv4];
+        Arc::make_mut(&mut headless.spec).kind = ServiceKind::Headless;
+        Arc::make_mut(&mut headless.spec).ip_families = vec![crate::model::IpFamily::IPv4];
         let upsert = |cluster: &str, key: &ServiceKey, object| {
             Change::Upsert(cluster.into(), key.clone(), object)
         };

@@ -29,7 +29,7 @@ use crate::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::model::{
     ClusterId, ExportAge, ExportInfo, ImportType, IpFamily, SESSION_AFFINITIES, ServiceInfo,
-    ServiceKey, ServiceKind, SliceInfo, TRAFFIC_POLICIES, setting,
+    ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
 };
 use crate::source::convert::ConvertError;
 
@@ -188,7 +188,7 @@ pub fn export_record(
             ..ObjectMeta::default()
         },
         spec: ServiceImportSpec {
-            ports: service.ports.clone(),
+            ports: service.ports.to_vec(),
             ips: service
                 .cluster_ips
                 .iter()
@@ -261,11 +261,10 @@ pub fn read_export_record(
         clusterset_ip: Some(extras.clusterset_ip),
         pod_ips: Some(extras.pod_ips),
     };
-    let service = ServiceInfo {
+    let shared = ServiceSpec {
         kind,
-        ports: spec.ports.clone(),
+        ports: spec.ports.as_slice().into(),
         ip_families,
-        cluster_ips,
         session_affinity: setting(
             spec.session_affinity.as_deref().unwrap_or("None"),
             &SESSION_AFFINITIES,
@@ -276,6 +275,10 @@ pub fn read_export_record(
             &TRAFFIC_POLICIES,
         ),
         traffic_distribution: spec.traffic_distribution.clone(),
+    };
+    let service = ServiceInfo {
+        cluster_ips,
+        spec: shared.shared(),
     };
     Ok((key, cluster, export, service))
 }
@@ -393,20 +396,25 @@ mod tests {
     use crate::model::Endpoint;
 
     fn service() -> ServiceInfo {
-        ServiceInfo {
+        let spec = ServiceSpec {
             kind: ServiceKind::ClusterIp,
-            ports: vec![ServicePort {
+            ports: Arc::new([ServicePort {
                 name: Some("http".into()),
                 protocol: Some("TCP".into()),
                 app_protocol: Some("h2c".into()),
                 port: 80,
-            }],
+            }]),
             ip_families: vec![IpFamily::IPv6, IpFamily::IPv4],
-            cluster_ips: vec!["fd00::1".parse().unwrap(), "10.0.0.1".parse().unwrap()],
             session_affinity: "ClientIP".into(),
             session_affinity_config: None,
             internal_traffic_policy: "Local".into(),
             traffic_distribution: Some("PreferClose".into()),
+        };
+        ServiceInfo {
+            cluster_ips: ["fd00::1".parse().unwrap(), "10.0.0.1".parse().unwrap()]
+                .into_iter()
+                .collect(),
+            spec: spec.shared(),
         }
     }
 

@@ -236,7 +236,7 @@ impl Writer {
                             };
                             let slice = SliceInfo {
                                 endpoints: vec![endpoint],
-                                ports: service.ports.clone(),
+                                ports: service.ports.to_vec(),
                             };
                             (format!("clusterip-{}", IpFamily::of(ip)), Arc::new(slice))
                         })
@@ -548,7 +548,7 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
     let mut object = ServiceImport::new(
         &key.name,
         ServiceImportSpec {
-            ports: import.ports.clone(),
+            ports: import.ports.to_vec(),
             ips: import.local_vips().map(|ip| ip.to_string()).collect(),
             type_: import.type_.as_str().to_owned(),
             session_affinity: Some(import.session_affinity.to_string()),

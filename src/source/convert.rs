@@ -9,11 +9,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use smallvec::SmallVec;
 
 use crate::crd::{self, LABEL_MCS_SERVICE_NAME, LABEL_SERVICE_NAME};
 use crate::model::{
     Endpoint, ExportAge, ExportInfo, IpFamily, Object, SESSION_AFFINITIES, ServiceInfo, ServiceKey,
-    ServiceKind, SliceInfo, TRAFFIC_POLICIES, setting,
+    ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
 };
 
 /// The namespace of an object whose `metadata.namespace` is missing, as `kubectl apply` assumes.
@@ -143,7 +144,7 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
         ServiceKind::ClusterIp
     };
 
-    let mut cluster_ips = Vec::new();
+    let mut cluster_ips = SmallVec::new();
     for raw in raw_ips
         .into_iter()
         .filter(|ip| !ip.is_empty() && *ip != "None")
@@ -193,11 +194,10 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
         })
         .collect();
 
-    let info = ServiceInfo {
+    let spec = ServiceSpec {
         kind,
         ports,
         ip_families,
-        cluster_ips,
         session_affinity: setting(
             non_empty(&spec.session_affinity).unwrap_or("None"),
             &SESSION_AFFINITIES,
@@ -208,6 +208,10 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
             &TRAFFIC_POLICIES,
         ),
         traffic_distribution: spec.traffic_distribution.clone(),
+    };
+    let info = ServiceInfo {
+        cluster_ips,
+        spec: spec.shared(),
     };
     Ok((
         ServiceKey::new(namespace, name),
@@ -304,7 +308,7 @@ pub fn slice_endpoints(slice: &EndpointSlice, object: &str) -> Result<SliceInfo,
         }
     };
 
-    let mut endpoints = Vec::new();
+    let mut endpoints = Vec::with_capacity(slice.endpoints.as_ref().map_or(0, Vec::len));
     for ep in slice.endpoints.iter().flatten() {
         let mut addresses = Vec::with_capacity(ep.addresses.len());
         for raw in &ep.addresses {
@@ -325,7 +329,7 @@ pub fn slice_endpoints(slice: &EndpointSlice, object: &str) -> Result<SliceInfo,
         };
         endpoints.push(Endpoint {
             address,
-            hostname: ep.hostname.as_deref().map(Arc::from),
+            hostname: ep.hostname.as_deref().map(Box::from),
             ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
         });
     }
@@ -377,8 +381,8 @@ mod tests {
         assert_eq!(key, ServiceKey::new("default", "web"));
         assert_eq!(info.kind, ServiceKind::ClusterIp);
         assert_eq!(
-            info.ports,
-            vec![
+            info.ports[..],
+            [
                 crd::ServicePort {
                     name: Some("http".into()),
                     protocol: Some("TCP".into()),
@@ -395,8 +399,8 @@ mod tests {
         );
         assert_eq!(info.ip_families, vec![IpFamily::IPv4, IpFamily::IPv6]);
         assert_eq!(
-            info.cluster_ips,
-            vec![
+            info.cluster_ips[..],
+            [
                 "10.0.0.1".parse::<IpAddr>().unwrap(),
                 "fd00::1".parse().unwrap()
             ]
@@ -417,7 +421,7 @@ mod tests {
                      "internalTrafficPolicy": "Local", "trafficDistribution": "PreferClose"}
         }));
         assert_eq!(info.ip_families, vec![IpFamily::IPv6]);
-        assert_eq!(info.cluster_ips, vec!["fd00::5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(info.cluster_ips[..], ["fd00::5".parse::<IpAddr>().unwrap()]);
         assert_eq!(info.session_affinity, "ClientIP");
         assert_eq!(
             info.session_affinity_config

@@ -24,6 +24,7 @@ use walkdir::WalkDir;
 
 use super::convert;
 use crate::crd;
+use crate::intern::Interner;
 use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
 
 /// The hasher of the source's big maps (the standard one is DoS-resistant
@@ -142,38 +143,19 @@ struct Known {
     age: Option<ExportAge>,
 }
 
-/// Strings many objects share (namespaces, names), stored once.
-#[derive(Debug, Default)]
-struct Interner {
-    strings: HashSet<Arc<str>, Hasher>,
-    live_at_last_prune: usize,
+/// Namespaces and names, shared by idents, keys and the engine.
+type Strings = Interner<str>;
+
+/// The shared copy of `s`.
+fn shared(strings: &mut Strings, s: &str) -> Arc<str> {
+    strings.get(s, || Arc::from(s))
 }
 
-impl Interner {
-    /// The shared copy of `s`.
-    fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.strings.get(s) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = Arc::from(s);
-        self.strings.insert(shared.clone());
-        shared
-    }
-
-    /// The key with its strings shared.
-    fn key(&mut self, key: &ServiceKey) -> ServiceKey {
-        ServiceKey {
-            namespace: self.get(&key.namespace),
-            name: self.get(&key.name),
-        }
-    }
-
-    /// Forgets strings nothing else holds, once they could be half of the set.
-    fn prune(&mut self) {
-        if self.strings.len() > 2 * self.live_at_last_prune.max(1024) {
-            self.strings.retain(|s| Arc::strong_count(s) > 1);
-            self.live_at_last_prune = self.strings.len();
-        }
+/// The key with its strings shared.
+fn shared_key(strings: &mut Strings, key: &ServiceKey) -> ServiceKey {
+    ServiceKey {
+        namespace: shared(strings, &key.namespace),
+        name: shared(strings, &key.name),
     }
 }
 
@@ -246,7 +228,7 @@ pub struct ManifestSource {
     /// The objects more than one file defines.
     duplicated: BTreeSet<Ident>,
     /// Namespaces and names, shared by idents, keys and the engine.
-    strings: Interner,
+    strings: Strings,
     next_seq: u64,
     problems: Vec<Problem>,
     ignored_logged: HashSet<(PathBuf, String)>,
@@ -260,7 +242,7 @@ impl ManifestSource {
             files: HashMap::default(),
             known: HashMap::default(),
             duplicated: BTreeSet::new(),
-            strings: Interner::default(),
+            strings: Strings::default(),
             next_seq: 0,
             problems: Vec::new(),
             ignored_logged: HashSet::new(),
@@ -357,7 +339,6 @@ impl ManifestSource {
             }
         }
         let changes = self.settle(affected);
-        self.strings.prune();
         self.update_problems(walk.problems);
         changes
     }
@@ -650,7 +631,7 @@ impl ManifestSource {
         let ident = read_ident(&ctx.cluster, kind, map, &mut self.strings);
         match self.convert(kind, value, ident.as_ref(), now) {
             Ok(Converted::Object(key, object)) => {
-                let key = self.strings.key(&key);
+                let key = shared_key(&mut self.strings, &key);
                 let Some(ident) = ident else {
                     // Conversion requires a name, so this does not happen.
                     problem(ctx, format!("{} without a name", kind.as_str()));
@@ -754,7 +735,7 @@ fn read_ident(
     cluster: &ClusterId,
     kind: Kind,
     map: &Map<String, Value>,
-    strings: &mut Interner,
+    strings: &mut Strings,
 ) -> Option<Ident> {
     let meta = map.get("metadata")?;
     let name = meta.get("name")?.as_str().filter(|n| !n.is_empty())?;
@@ -768,8 +749,8 @@ fn read_ident(
     Some(Ident {
         cluster: cluster.clone(),
         kind,
-        namespace: strings.get(namespace),
-        name: strings.get(name),
+        namespace: shared(strings, namespace),
+        name: shared(strings, name),
     })
 }
 
@@ -1052,7 +1033,7 @@ mod tests {
         assert!(matches!(db[0], Object::Service(s) if s.kind == ServiceKind::Headless));
         let west = upserted(&changes, "west", "prod/web");
         assert!(
-            matches!(west[1], Object::Service(s) if s.cluster_ips == vec!["10.9.0.1".parse::<std::net::IpAddr>().unwrap()])
+            matches!(west[1], Object::Service(s) if s.cluster_ips[..] == ["10.9.0.1".parse::<std::net::IpAddr>().unwrap()])
         );
         assert!(src.problems().is_empty());
         assert_eq!(src.rescan(&none()), vec![]);

@@ -1,0 +1,82 @@
+//! Keeping one copy of equal immutable values.
+//!
+//! At clusterset scale most objects repeat each other: the same namespaces,
+//! and Services that differ only in their ClusterIPs (one `http` port, IPv4,
+//! default settings). An [`Interner`] hands out one shared `Arc` per distinct
+//! value and forgets the values nobody else holds any more.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::sync::Arc;
+
+/// Distinct values, each kept once.
+#[derive(Debug)]
+pub struct Interner<T: ?Sized> {
+    values: HashSet<Arc<T>, foldhash::fast::RandomState>,
+    live_at_last_prune: usize,
+}
+
+impl<T: ?Sized> Default for Interner<T> {
+    fn default() -> Self {
+        Self {
+            values: HashSet::default(),
+            live_at_last_prune: 0,
+        }
+    }
+}
+
+impl<T: ?Sized + Eq + Hash> Interner<T> {
+    /// The shared copy of `value`; `make` builds it when there is none yet.
+    pub fn get(&mut self, value: &T, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
+        if let Some(shared) = self.values.get(value) {
+            return shared.clone();
+        }
+        self.prune();
+        let shared = make();
+        self.values.insert(shared.clone());
+        shared
+    }
+
+    /// How many distinct values are kept.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether no value is kept.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Forgets the values only this interner holds, once there could be as
+    /// many of them as live ones (so the cost is amortized over insertions).
+    fn prune(&mut self) {
+        if self.values.len() >= 2 * self.live_at_last_prune.max(1024) {
+            self.values.retain(|v| Arc::strong_count(v) > 1);
+            self.live_at_last_prune = self.values.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_values_share_one_copy_and_unused_ones_are_forgotten() {
+        let mut strings: Interner<str> = Interner::default();
+        let a = strings.get("ns1", || Arc::from("ns1"));
+        let b = strings.get("ns1", || unreachable!("ns1 is kept"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(strings.len(), 1);
+
+        // Fill past the prune threshold with values nobody keeps: they go,
+        // the one still held stays.
+        for i in 0..3000 {
+            let s = format!("tmp{i}");
+            strings.get(&s, || Arc::from(s.as_str()));
+        }
+        assert!(strings.len() < 3000, "{} kept", strings.len());
+        let c = strings.get("ns1", || unreachable!("ns1 is still held"));
+        assert!(Arc::ptr_eq(&a, &c));
+    }
+}
