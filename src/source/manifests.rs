@@ -135,10 +135,9 @@ impl Paths {
 /// What the source knows of one object across files.
 #[derive(Debug, Default)]
 struct Known {
-    /// The files defining it (the first one wins).
+    /// The files defining it (the first one wins; what it defines is what
+    /// the engine has been told).
     paths: Paths,
-    /// What the engine has been told.
-    emitted: Option<(ServiceKey, Object)>,
     /// Observed age of a ServiceExport.
     age: Option<ExportAge>,
 }
@@ -158,6 +157,10 @@ fn shared_key(strings: &mut Strings, key: &ServiceKey) -> ServiceKey {
         name: shared(strings, &key.name),
     }
 }
+
+/// The objects a rescan touched, each with its winning definition from
+/// before the rescan: what the engine was told.
+type Affected = BTreeMap<Ident, Option<(ServiceKey, Object)>>;
 
 /// One object as a file defines it.
 #[derive(Clone, Debug)]
@@ -264,7 +267,7 @@ impl ManifestSource {
     /// returns the Changes since the previous call (the first call returns everything).
     pub fn rescan(&mut self, touched: &HashSet<PathBuf>) -> Vec<Change> {
         let walk = self.walk();
-        let mut affected = BTreeSet::new();
+        let mut affected = Affected::new();
 
         let walked: HashSet<&Path> = walk.files.iter().map(|(p, ..)| p.as_path()).collect();
         let gone: Vec<PathBuf> = self
@@ -277,9 +280,7 @@ impl ManifestSource {
             .collect();
         drop(walked);
         for path in gone {
-            if let Some(state) = self.files.remove(&path) {
-                self.undefine(&path, &state, &mut affected);
-            }
+            self.undefine(&path, &mut affected);
         }
 
         let now = unix_now();
@@ -298,10 +299,7 @@ impl ManifestSource {
         for chunk in to_read.chunks(threads * 2) {
             let parsed = parse_all(chunk.iter().map(|(path, _, _)| path.as_path()), threads);
             for ((path, cluster, stamp), documents) in chunk.iter().zip(parsed) {
-                let old = self.files.remove(path);
-                if let Some(old) = &old {
-                    self.undefine(path, old, &mut affected);
-                }
+                let old = self.undefine(path, &mut affected);
                 let state = self.read_file(
                     path,
                     documents,
@@ -312,7 +310,7 @@ impl ManifestSource {
                 );
                 let shared: Arc<Path> = Arc::from(path.as_path());
                 for ident in state.objects.keys() {
-                    affected.insert(ident.clone());
+                    self.touch(ident, &mut affected);
                     self.known
                         .entry(ident.clone())
                         .or_default()
@@ -325,7 +323,7 @@ impl ManifestSource {
 
         // Only objects of the files read or gone can have changed: keep the
         // work per rescan proportional to those, not to the whole directory.
-        for ident in &affected {
+        for ident in affected.keys() {
             let defined_by = self.known.get_mut(ident).map(|k| {
                 if k.paths.is_empty() {
                     k.age = None;
@@ -343,30 +341,44 @@ impl ManifestSource {
         changes
     }
 
-    /// Removes `path`'s definitions from the index, noting the objects touched.
-    fn undefine(&mut self, path: &Path, state: &FileState, affected: &mut BTreeSet<Ident>) {
+    /// Forgets `path`'s definitions and returns its state, noting the
+    /// objects it defined (and what won for them before) in `affected`.
+    fn undefine(&mut self, path: &Path, affected: &mut Affected) -> Option<FileState> {
+        for ident in self.files.get(path)?.objects.keys() {
+            if !affected.contains_key(ident) {
+                affected.insert(ident.clone(), self.winner(ident));
+            }
+        }
+        let state = self.files.remove(path)?;
         for ident in state.objects.keys() {
-            affected.insert(ident.clone());
             if let Some(known) = self.known.get_mut(ident) {
                 known.paths.remove(path);
             }
         }
+        Some(state)
     }
 
-    /// Compares the winning definition of each affected object with what was emitted.
-    fn settle(&mut self, affected: BTreeSet<Ident>) -> Vec<Change> {
+    /// Notes `ident` in `affected` with its winning definition, unless
+    /// already noted (call before its definitions change).
+    fn touch(&self, ident: &Ident, affected: &mut Affected) {
+        if !affected.contains_key(ident) {
+            affected.insert(ident.clone(), self.winner(ident));
+        }
+    }
+
+    /// The definition that wins for `ident`: the first file's.
+    fn winner(&self, ident: &Ident) -> Option<(ServiceKey, Object)> {
+        let first = self.known.get(ident)?.paths.first()?;
+        let def = self.files.get(&**first)?.objects.get(ident)?;
+        Some((def.key.clone(), def.object.clone()))
+    }
+
+    /// Compares the winning definition of each affected object with the one
+    /// before the rescan (what the engine was told).
+    fn settle(&mut self, affected: Affected) -> Vec<Change> {
         let mut changes = Vec::new();
-        for ident in affected {
-            let Some(known) = self.known.get_mut(&ident) else {
-                continue;
-            };
-            let new = known
-                .paths
-                .first()
-                .and_then(|p| self.files.get(&**p))
-                .and_then(|f| f.objects.get(&ident))
-                .map(|d| (d.key.clone(), d.object.clone()));
-            let old = known.emitted.take();
+        for (ident, old) in affected {
+            let new = self.winner(&ident);
             let cluster = &ident.cluster;
             match (old, &new) {
                 (None, None) => {}
@@ -389,8 +401,11 @@ impl ManifestSource {
                     }
                 }
             }
-            known.emitted = new;
-            if known.paths.is_empty() && known.emitted.is_none() && known.age.is_none() {
+            if self
+                .known
+                .get(&ident)
+                .is_some_and(|k| k.paths.is_empty() && k.age.is_none())
+            {
                 self.known.remove(&ident);
             }
         }
