@@ -17,12 +17,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use litemap::LiteMap;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 use walkdir::WalkDir;
 
 use super::convert;
+use super::documents::{self, Piece, ReadPiece, Reusable};
 use crate::crd;
 use crate::intern::Interner;
 use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
@@ -186,12 +186,37 @@ impl Stamp {
     }
 }
 
-/// A file's last read stamp, its effective objects and its own problems.
-#[derive(Debug)]
+/// A file's last read stamp, its effective objects, its own problems and
+/// the pieces its objects were read from.
+#[derive(Debug, Default)]
 struct FileState {
-    stamp: Stamp,
+    stamp: Option<Stamp>,
     objects: LiteMap<Ident, Def>,
     problems: Vec<Problem>,
+    pieces: Vec<Piece>,
+}
+
+impl FileState {
+    /// The pieces whose objects a new read may keep without parsing them
+    /// again: those whose documents had no problem (a problem may depend on
+    /// other documents, such as a name defined twice).
+    fn reusable(&self) -> Reusable {
+        let troubled: BTreeSet<usize> = self.problems.iter().filter_map(|p| p.document).collect();
+        let mut first = 0;
+        let mut reusable = Reusable::default();
+        for piece in &self.pieces {
+            let documents = piece.documents as usize;
+            if troubled
+                .range(first + 1..=first + documents)
+                .next()
+                .is_none()
+            {
+                reusable.insert(piece.hash);
+            }
+            first += documents;
+        }
+        reusable
+    }
 }
 
 /// The result of walking the directory.
@@ -211,6 +236,30 @@ struct FileCtx<'a> {
     old: Option<&'a LiteMap<Ident, Def>>,
     objects: BTreeMap<Ident, Def>,
     problems: Vec<Problem>,
+}
+
+impl FileCtx<'_> {
+    /// Adds an object the file defines; `Err` says why not: an earlier
+    /// document of the file already defines it.
+    fn define(&mut self, ident: Ident, def: Def) -> Result<(), String> {
+        if let Some(first) = self.objects.get(&ident) {
+            return Err(format!(
+                "{ident} is defined again (first in document {})",
+                first.document
+            ));
+        }
+        self.objects.insert(ident, def);
+        Ok(())
+    }
+
+    /// Notes a problem with document `document`.
+    fn problem(&mut self, document: usize, reason: String) {
+        self.problems.push(Problem {
+            file: self.path.to_path_buf(),
+            document: Some(document),
+            reason,
+        });
+    }
 }
 
 /// What converting one typed document gave.
@@ -291,23 +340,30 @@ impl ManifestSource {
                 !self
                     .files
                     .get(path)
-                    .is_some_and(|s| s.stamp == *stamp && !touched.contains(path))
+                    .is_some_and(|s| s.stamp == Some(*stamp) && !touched.contains(path))
             })
             .collect();
         // Parse a few files at a time on every core, then apply them in walk order.
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         for chunk in to_read.chunks(threads * 2) {
-            let parsed = parse_all(chunk.iter().map(|(path, _, _)| path.as_path()), threads);
-            for ((path, cluster, stamp), documents) in chunk.iter().zip(parsed) {
-                let old = self.undefine(path, &mut affected);
-                let state = self.read_file(
-                    path,
-                    documents,
-                    cluster.clone(),
-                    *stamp,
-                    old.map(|s| s.objects),
-                    now,
-                );
+            let reusable: Vec<Reusable> = chunk
+                .iter()
+                .map(|(path, ..)| {
+                    self.files
+                        .get(path)
+                        .map(FileState::reusable)
+                        .unwrap_or_default()
+                })
+                .collect();
+            let files: Vec<(&Path, &Reusable)> = chunk
+                .iter()
+                .zip(&reusable)
+                .map(|((path, ..), reusable)| (path.as_path(), reusable))
+                .collect();
+            let read = documents::read_all(&files, threads);
+            for ((path, cluster, stamp), pieces) in chunk.iter().zip(read) {
+                let old = self.undefine(path, &mut affected).unwrap_or_default();
+                let state = self.read_file(path, pieces, cluster.clone(), *stamp, old, now);
                 let shared: Arc<Path> = Arc::from(path.as_path());
                 for ident in state.objects.keys() {
                     self.touch(ident, &mut affected);
@@ -538,46 +594,91 @@ impl ManifestSource {
         walk
     }
 
-    /// Takes in one file's parsed documents; on a file-level failure keeps
-    /// `old` as its objects.
+    /// Takes in one file's pieces: parses the new ones' documents and keeps
+    /// the objects of the unchanged ones; on a file-level failure keeps `old`.
     fn read_file(
         &mut self,
         path: &Path,
-        documents: Result<Vec<Value>, String>,
+        pieces: Result<Vec<ReadPiece>, String>,
         cluster: ClusterId,
         stamp: Stamp,
-        old: Option<LiteMap<Ident, Def>>,
+        old: FileState,
         now: i64,
     ) -> FileState {
-        let documents = match documents {
-            Ok(documents) => documents,
+        let pieces = match pieces {
+            Ok(pieces) => pieces,
             Err(reason) => {
                 return FileState {
-                    stamp,
-                    objects: old.unwrap_or_default(),
+                    stamp: Some(stamp),
                     problems: vec![Problem {
                         file: path.to_path_buf(),
                         document: None,
                         reason,
                     }],
+                    ..old
                 };
             }
         };
+        // Where each old piece's documents were, and the objects of each document.
+        let mut old_pieces: HashMap<u64, (usize, u32)> = HashMap::new();
+        let mut first = 0;
+        for piece in &old.pieces {
+            old_pieces
+                .entry(piece.hash)
+                .or_insert((first, piece.documents));
+            first += piece.documents as usize;
+        }
+        let mut by_document: BTreeMap<usize, Vec<(&Ident, &Def)>> = BTreeMap::new();
+        for (ident, def) in old.objects.iter() {
+            by_document
+                .entry(def.document)
+                .or_default()
+                .push((ident, def));
+        }
+
         let mut ctx = FileCtx {
             path,
             cluster,
-            old: old.as_ref(),
+            old: Some(&old.objects),
             objects: BTreeMap::new(),
             problems: Vec::new(),
         };
-        for (i, value) in documents.into_iter().enumerate() {
-            self.document(&mut ctx, value, i + 1, None, now);
+        let mut kept = Vec::with_capacity(pieces.len());
+        let mut doc = 0;
+        for ReadPiece { mut piece, values } in pieces {
+            match values {
+                Some(values) => {
+                    for value in values {
+                        doc += 1;
+                        self.document(&mut ctx, value, doc, None, now);
+                    }
+                }
+                None => {
+                    let (at, documents) = old_pieces[&piece.hash];
+                    piece.documents = documents;
+                    for (was, defs) in by_document.range(at + 1..=at + documents as usize) {
+                        for (ident, def) in defs {
+                            let document = doc + was - at;
+                            let def = Def {
+                                document,
+                                ..(*def).clone()
+                            };
+                            if let Err(reason) = ctx.define((*ident).clone(), def) {
+                                ctx.problem(document, reason);
+                            }
+                        }
+                    }
+                    doc += documents as usize;
+                }
+            }
+            kept.push(piece);
         }
         FileState {
-            stamp,
+            stamp: Some(stamp),
             // Built as a tree (documents come in any order), kept as a sorted vector.
             objects: ctx.objects.into_iter().collect(),
             problems: ctx.problems,
+            pieces: kept,
         }
     }
 
@@ -591,14 +692,11 @@ impl ManifestSource {
         now: i64,
     ) {
         let problem = |ctx: &mut FileCtx<'_>, reason: String| {
-            ctx.problems.push(Problem {
-                file: ctx.path.to_path_buf(),
-                document: Some(doc),
-                reason: match item {
-                    Some(i) => format!("item {i}: {reason}"),
-                    None => reason,
-                },
-            });
+            let reason = match item {
+                Some(i) => format!("item {i}: {reason}"),
+                None => reason,
+            };
+            ctx.problem(doc, reason);
         };
         if value.is_null() {
             return;
@@ -652,21 +750,13 @@ impl ManifestSource {
                     problem(ctx, format!("{} without a name", kind.as_str()));
                     return;
                 };
-                if let Some(first) = ctx.objects.get(&ident) {
-                    let reason = format!(
-                        "{ident} is defined again (first in document {})",
-                        first.document
-                    );
+                let def = Def {
+                    key,
+                    object,
+                    document: doc,
+                };
+                if let Err(reason) = ctx.define(ident, def) {
                     problem(ctx, reason);
-                } else {
-                    ctx.objects.insert(
-                        ident,
-                        Def {
-                            key,
-                            object,
-                            document: doc,
-                        },
-                    );
                 }
             }
             Ok(Converted::Skipped(label)) => self.log_ignored(ctx.path, label.to_owned()),
@@ -778,110 +868,6 @@ fn is_manifest(path: &Path) -> bool {
 }
 
 /// Parses a file into its documents (`Err` when the file as a whole is unusable).
-/// Reads and parses `paths` on up to `threads` threads, results in order.
-fn parse_all<'a>(
-    paths: impl Iterator<Item = &'a Path>,
-    threads: usize,
-) -> Vec<Result<Vec<Value>, String>> {
-    let paths: Vec<&Path> = paths.collect();
-    if let [path] = paths[..] {
-        // One file (a hot reload): parse its documents on every thread instead.
-        return vec![read_documents(path, threads)];
-    }
-    let per_thread = paths.len().div_ceil(threads.max(1)).max(1);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = paths
-            .chunks(per_thread)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(|p| read_documents(p, 1))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
-}
-
-/// Reads one file's documents: JSON (one value, or several in a row) or
-/// multi-document YAML. YAML goes through serde_yaml_ng, about three times
-/// faster than serde-saphyr on large `kubectl` dumps.
-fn read_documents(path: &Path, threads: usize) -> Result<Vec<Value>, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    if path.extension().is_some_and(|e| e == "json") {
-        return serde_json::Deserializer::from_str(&text)
-            .into_iter::<Value>()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("invalid JSON: {e}"));
-    }
-    let parts = split_documents(&text, threads);
-    if parts.len() > 1 {
-        let parsed: Result<Vec<Vec<Value>>, String> = std::thread::scope(|scope| {
-            let workers: Vec<_> = parts
-                .iter()
-                .map(|part| scope.spawn(move || parse_yaml(part)))
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| {
-                    w.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
-        // On an error, parse the whole text again: its line numbers are the file's.
-        if let Ok(parsed) = parsed {
-            return Ok(parsed.into_iter().flatten().collect());
-        }
-    }
-    parse_yaml(&text)
-}
-
-fn parse_yaml(text: &str) -> Result<Vec<Value>, String> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(Value::deserialize)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("invalid YAML: {e}"))
-}
-
-/// Below this size a YAML file is parsed on one thread.
-const SPLIT_MIN: usize = 256 << 10;
-
-/// `text` cut into about `parts` pieces at document markers (lines starting
-/// with `---` and a space or line end), which YAML forbids inside any scalar,
-/// so each piece parses alone to the same documents.
-fn split_documents(text: &str, parts: usize) -> Vec<&str> {
-    if parts < 2 || text.len() < SPLIT_MIN {
-        return vec![text];
-    }
-    let is_marker = |at: usize| {
-        let rest = &text.as_bytes()[at..];
-        rest.starts_with(b"---") && rest.get(3).is_none_or(|c| c.is_ascii_whitespace())
-    };
-    let mut pieces = Vec::with_capacity(parts);
-    let mut start = 0;
-    for k in 1..parts {
-        let target = text.len() * k / parts;
-        let cut = text[target.max(start)..]
-            .match_indices('\n')
-            .map(|(i, _)| target.max(start) + i + 1)
-            .find(|&at| at < text.len() && is_marker(at));
-        if let Some(cut) = cut {
-            pieces.push(&text[start..cut]);
-            start = cut;
-        }
-    }
-    pieces.push(&text[start..]);
-    pieces
-}
-
 /// Seconds since the Unix epoch.
 fn unix_now() -> i64 {
     SystemTime::now()
@@ -902,36 +888,6 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn big_files_split_at_document_markers_parse_the_same() {
-        // Block scalars and a `----` line look like markers but are not.
-        let doc = |i: usize| {
-            format!(
-                "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s{i}\n  annotations:\n    note: |\n      ---\n      ----\n"
-            )
-        };
-        let text: String = (0..4000).map(doc).collect();
-        assert!(text.len() > SPLIT_MIN);
-        let parts = split_documents(&text, 3);
-        assert_eq!(parts.len(), 3);
-        assert_eq!(parts.concat(), text);
-        assert!(parts.iter().all(|p| p.starts_with("---\n")));
-        let whole = parse_yaml(&text).unwrap();
-        let split: Vec<Value> = parts.iter().flat_map(|p| parse_yaml(p).unwrap()).collect();
-        assert_eq!(split, whole);
-        assert_eq!(whole.len(), 4000);
-        assert_eq!(
-            whole[3999]["metadata"]["annotations"]["note"],
-            "---\n----\n"
-        );
-
-        // A syntax error is reported with the whole file's line number.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("big.yaml");
-        fs::write(&path, format!("{text}---\nkind: [unclosed\n")).unwrap();
-        let error = read_documents(&path, 2).unwrap_err();
-        assert!(error.contains(&format!("line {}", 4000 * 9 + 2)), "{error}");
-    }
     use crate::model::ServiceKind;
 
     fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
@@ -1088,6 +1044,69 @@ mod tests {
         assert_eq!(
             summary(&changes),
             vec!["D west prod/web Export", "D west prod/web Service"]
+        );
+    }
+
+    #[test]
+    fn an_edit_reads_only_the_changed_documents_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = |first_ip: &str| {
+            [
+                svc("prod", "a", first_ip),
+                "kind: Nonsense\n".to_owned(),
+                svc("prod", "b", "10.0.0.2"),
+            ]
+            .join("---\n")
+        };
+        let path = write(dir.path(), "east/prod.yaml", &docs("10.0.0.1"));
+        let mut src = ManifestSource::new(dir.path());
+        assert_eq!(src.rescan(&none()).len(), 2);
+        let object = |src: &ManifestSource, name: &str| {
+            let (ident, def) = src.files[&path]
+                .objects
+                .iter()
+                .find(|(i, _)| &*i.name == name)
+                .unwrap();
+            let Object::Service(info) = &def.object else {
+                panic!("{ident} is not a Service")
+            };
+            (info.clone(), def.document)
+        };
+        let (b_before, _) = object(&src, "b");
+
+        // One document edited and one added in front: only those are parsed
+        // and converted; b is the very object read before, renumbered, and
+        // the broken document's problem moves with it.
+        let text = format!("{}---\n{}", svc("prod", "c", "10.0.0.3"), docs("10.0.0.9"));
+        fs::write(&path, text).unwrap();
+        let changes = src.rescan(&[path.clone()].into());
+        assert_eq!(
+            summary(&changes),
+            vec!["U east prod/a Service", "U east prod/c Service"]
+        );
+        let (b_after, b_document) = object(&src, "b");
+        assert!(Arc::ptr_eq(&b_before, &b_after));
+        assert_eq!(b_document, 4);
+        assert_eq!(object(&src, "a").0.cluster_ips[0].to_string(), "10.0.0.9");
+        let problems: Vec<Option<usize>> = src.problems().iter().map(|p| p.document).collect();
+        assert_eq!(problems, [Some(3)]);
+
+        // An edited document that now defines b too wins over the unchanged
+        // one, which becomes the duplicate.
+        let text = format!("{}---\n{}", svc("prod", "b", "10.0.0.7"), docs("10.0.0.9"));
+        fs::write(&path, text).unwrap();
+        let changes = src.rescan(&[path.clone()].into());
+        assert_eq!(
+            summary(&changes),
+            vec!["U east prod/b Service", "D east prod/c Service"]
+        );
+        assert_eq!(object(&src, "b").0.cluster_ips[0].to_string(), "10.0.0.7");
+        let problems: Vec<String> = src.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[1]
+                .contains("document 4: Service prod/b is defined again (first in document 1)"),
+            "{problems:?}"
         );
     }
 

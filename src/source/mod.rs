@@ -6,6 +6,7 @@
 //! already reduced to [`crate::model`] facts by [`convert`].
 
 pub mod convert;
+pub mod documents;
 pub mod manifests;
 pub mod watch;
 
