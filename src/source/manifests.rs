@@ -6,7 +6,7 @@
 //! `v1beta1`), EndpointSlices, Namespaces and `List`s of those. Hidden files and
 //! folders, other extensions and files directly in `DIR` are skipped.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs;
 use std::io;
@@ -18,18 +18,14 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use litemap::LiteMap;
 use serde_json::{Map, Value};
-use smallvec::SmallVec;
 use walkdir::WalkDir;
 
 use super::convert;
-use super::documents::{self, Piece, ReadPiece, Reusable};
+use super::documents::{self, ReadPiece, Reusable};
+use super::files::{Def, FileState, Files, Ident, Kind, Stamp};
 use crate::crd;
 use crate::intern::Interner;
 use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
-
-/// The hasher of the source's big maps (the standard one is DoS-resistant
-/// and slower; these keys come from the operator's own files).
-type Hasher = foldhash::fast::RandomState;
 
 /// Something wrong with the directory, a file or one document of a file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,82 +62,6 @@ pub fn is_valid_cluster_id(name: &str) -> bool {
     labels.len() <= 2 && labels.into_iter().all(label_ok)
 }
 
-/// The kinds this source turns into facts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Kind {
-    ServiceExport,
-    Service,
-    EndpointSlice,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::ServiceExport => "ServiceExport",
-            Kind::Service => "Service",
-            Kind::EndpointSlice => "EndpointSlice",
-        }
-    }
-}
-
-/// The Kubernetes identity of an object: what makes two definitions "the same object".
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Ident {
-    cluster: ClusterId,
-    kind: Kind,
-    namespace: Arc<str>,
-    name: Arc<str>,
-}
-
-impl fmt::Display for Ident {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
-    }
-}
-
-/// The files defining one object, sorted (the first wins). Nearly always
-/// one, so a sorted vector with room for one inline rather than a set.
-#[derive(Debug, Default)]
-struct Paths(SmallVec<[Arc<Path>; 1]>);
-
-impl Paths {
-    fn insert(&mut self, path: Arc<Path>) {
-        if let Err(at) = self.0.binary_search(&path) {
-            self.0.insert(at, path);
-        }
-    }
-
-    fn remove(&mut self, path: &Path) {
-        self.0.retain(|p| **p != *path);
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn first(&self) -> Option<&Arc<Path>> {
-        self.0.first()
-    }
-
-    fn iter(&self) -> std::slice::Iter<'_, Arc<Path>> {
-        self.0.iter()
-    }
-}
-
-/// What the source knows of one object across files.
-#[derive(Debug, Default)]
-struct Known {
-    /// The files defining it (the first one wins; what it defines is what
-    /// the engine has been told).
-    paths: Paths,
-    /// Observed age of a ServiceExport.
-    age: Option<ExportAge>,
-}
-
 /// Namespaces and names, shared by idents, keys and the engine.
 type Strings = Interner<str>;
 
@@ -162,63 +82,6 @@ fn shared_key(strings: &mut Strings, key: &ServiceKey) -> ServiceKey {
 /// before the rescan: what the engine was told.
 type Affected = BTreeMap<Ident, Option<(ServiceKey, Object)>>;
 
-/// One object as a file defines it.
-#[derive(Clone, Debug)]
-struct Def {
-    key: ServiceKey,
-    object: Object,
-    document: usize,
-}
-
-/// What a file looked like when last read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    mtime: Option<SystemTime>,
-}
-
-impl Stamp {
-    fn of(meta: &fs::Metadata) -> Self {
-        Stamp {
-            len: meta.len(),
-            mtime: meta.modified().ok(),
-        }
-    }
-}
-
-/// A file's last read stamp, its effective objects, its own problems and
-/// the pieces its objects were read from.
-#[derive(Debug, Default)]
-struct FileState {
-    stamp: Option<Stamp>,
-    objects: LiteMap<Ident, Def>,
-    problems: Vec<Problem>,
-    pieces: Vec<Piece>,
-}
-
-impl FileState {
-    /// The pieces whose objects a new read may keep without parsing them
-    /// again: those whose documents had no problem (a problem may depend on
-    /// other documents, such as a name defined twice).
-    fn reusable(&self) -> Reusable {
-        let troubled: BTreeSet<usize> = self.problems.iter().filter_map(|p| p.document).collect();
-        let mut first = 0;
-        let mut reusable = Reusable::default();
-        for piece in &self.pieces {
-            let documents = piece.documents as usize;
-            if troubled
-                .range(first + 1..=first + documents)
-                .next()
-                .is_none()
-            {
-                reusable.insert(piece.hash);
-            }
-            first += documents;
-        }
-        reusable
-    }
-}
-
 /// The result of walking the directory.
 #[derive(Default)]
 struct Walk {
@@ -233,7 +96,9 @@ struct Walk {
 struct FileCtx<'a> {
     path: &'a Path,
     cluster: ClusterId,
-    old: Option<&'a LiteMap<Ident, Def>>,
+    old: &'a LiteMap<Ident, Def>,
+    /// The winning definitions from before the rescan.
+    before: &'a Affected,
     objects: BTreeMap<Ident, Def>,
     problems: Vec<Problem>,
 }
@@ -273,12 +138,8 @@ enum Converted {
 #[derive(Debug)]
 pub struct ManifestSource {
     dir: PathBuf,
-    /// Hashed, not ordered: comparing paths is slow, and a rescan looks up every file.
-    files: HashMap<PathBuf, FileState, Hasher>,
-    /// Every object some file defines or the engine was told about.
-    known: HashMap<Ident, Known, Hasher>,
-    /// The objects more than one file defines.
-    duplicated: BTreeSet<Ident>,
+    /// Every file's objects, and which definition of each object wins.
+    files: Files,
     /// Namespaces and names, shared by idents, keys and the engine.
     strings: Strings,
     next_seq: u64,
@@ -291,9 +152,7 @@ impl ManifestSource {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         ManifestSource {
             dir: dir.into(),
-            files: HashMap::default(),
-            known: HashMap::default(),
-            duplicated: BTreeSet::new(),
+            files: Files::default(),
             strings: Strings::default(),
             next_seq: 0,
             problems: Vec::new(),
@@ -321,11 +180,10 @@ impl ManifestSource {
         let walked: HashSet<&Path> = walk.files.iter().map(|(p, ..)| p.as_path()).collect();
         let gone: Vec<PathBuf> = self
             .files
-            .keys()
-            .filter(|p| {
-                !walked.contains(p.as_path()) && !walk.keep.iter().any(|k| p.starts_with(k))
-            })
-            .cloned()
+            .iter()
+            .map(|(p, _)| p)
+            .filter(|p| !walked.contains(&***p) && !walk.keep.iter().any(|k| p.starts_with(k)))
+            .map(|p| p.to_path_buf())
             .collect();
         drop(walked);
         for path in gone {
@@ -361,37 +219,17 @@ impl ManifestSource {
                 .map(|((path, ..), reusable)| (path.as_path(), reusable))
                 .collect();
             let read = documents::read_all(&files, threads);
-            for ((path, cluster, stamp), pieces) in chunk.iter().zip(read) {
+            for (file, pieces) in chunk.iter().zip(read) {
+                let path = &file.0;
                 let old = self.undefine(path, &mut affected).unwrap_or_default();
-                let state = self.read_file(path, pieces, cluster.clone(), *stamp, old, now);
-                let shared: Arc<Path> = Arc::from(path.as_path());
+                let state = self.read_file(file, pieces, old, &affected, now);
                 for ident in state.objects.keys() {
                     self.touch(ident, &mut affected);
-                    self.known
-                        .entry(ident.clone())
-                        .or_default()
-                        .paths
-                        .insert(shared.clone());
                 }
-                self.files.insert(path.clone(), state);
+                self.files.insert(path, state);
             }
         }
 
-        // Only objects of the files read or gone can have changed: keep the
-        // work per rescan proportional to those, not to the whole directory.
-        for ident in affected.keys() {
-            let defined_by = self.known.get_mut(ident).map(|k| {
-                if k.paths.is_empty() {
-                    k.age = None;
-                }
-                k.paths.len()
-            });
-            if defined_by.unwrap_or(0) > 1 {
-                self.duplicated.insert(ident.clone());
-            } else {
-                self.duplicated.remove(ident);
-            }
-        }
         let changes = self.settle(affected);
         self.update_problems(walk.problems);
         changes
@@ -405,13 +243,7 @@ impl ManifestSource {
                 affected.insert(ident.clone(), self.winner(ident));
             }
         }
-        let state = self.files.remove(path)?;
-        for ident in state.objects.keys() {
-            if let Some(known) = self.known.get_mut(ident) {
-                known.paths.remove(path);
-            }
-        }
-        Some(state)
+        self.files.remove(path)
     }
 
     /// Notes `ident` in `affected` with its winning definition, unless
@@ -424,8 +256,7 @@ impl ManifestSource {
 
     /// The definition that wins for `ident`: the first file's.
     fn winner(&self, ident: &Ident) -> Option<(ServiceKey, Object)> {
-        let first = self.known.get(ident)?.paths.first()?;
-        let def = self.files.get(&**first)?.objects.get(ident)?;
+        let def = self.files.winner(ident)?;
         Some((def.key.clone(), def.object.clone()))
     }
 
@@ -457,13 +288,6 @@ impl ManifestSource {
                     }
                 }
             }
-            if self
-                .known
-                .get(&ident)
-                .is_some_and(|k| k.paths.is_empty() && k.age.is_none())
-            {
-                self.known.remove(&ident);
-            }
         }
         changes.sort_by(|a, b| change_order(a).cmp(&change_order(b)));
         changes
@@ -472,18 +296,18 @@ impl ManifestSource {
     /// Gathers the current problems and warns about the new ones.
     fn update_problems(&mut self, walk_problems: Vec<Problem>) {
         let mut current = walk_problems;
-        for state in self.files.values() {
+        for (_, state) in self.files.iter() {
             current.extend(state.problems.iter().cloned());
         }
-        for (ident, paths) in self
-            .duplicated
-            .iter()
-            .filter_map(|i| Some((i, &self.known.get(i)?.paths)))
-        {
+        for (ident, paths) in self.files.duplicated() {
             let mut paths = paths.iter();
             let Some(winner) = paths.next() else { continue };
             for path in paths {
-                let document = self.files[&**path].objects.get(ident).map(|d| d.document);
+                let document = self
+                    .files
+                    .get(path)
+                    .and_then(|s| s.objects.get(ident))
+                    .map(|d| d.document);
                 current.push(Problem {
                     file: path.to_path_buf(),
                     document,
@@ -598,18 +422,17 @@ impl ManifestSource {
     /// the objects of the unchanged ones; on a file-level failure keeps `old`.
     fn read_file(
         &mut self,
-        path: &Path,
+        (path, cluster, stamp): &(PathBuf, ClusterId, Stamp),
         pieces: Result<Vec<ReadPiece>, String>,
-        cluster: ClusterId,
-        stamp: Stamp,
         old: FileState,
+        before: &Affected,
         now: i64,
     ) -> FileState {
         let pieces = match pieces {
             Ok(pieces) => pieces,
             Err(reason) => {
                 return FileState {
-                    stamp: Some(stamp),
+                    stamp: Some(*stamp),
                     problems: vec![Problem {
                         file: path.to_path_buf(),
                         document: None,
@@ -638,8 +461,9 @@ impl ManifestSource {
 
         let mut ctx = FileCtx {
             path,
-            cluster,
-            old: Some(&old.objects),
+            cluster: cluster.clone(),
+            old: &old.objects,
+            before,
             objects: BTreeMap::new(),
             problems: Vec::new(),
         };
@@ -674,7 +498,7 @@ impl ManifestSource {
             kept.push(piece);
         }
         FileState {
-            stamp: Some(stamp),
+            stamp: Some(*stamp),
             // Built as a tree (documents come in any order), kept as a sorted vector.
             objects: ctx.objects.into_iter().collect(),
             problems: ctx.problems,
@@ -742,7 +566,7 @@ impl ManifestSource {
             }
         };
         let ident = read_ident(&ctx.cluster, kind, map, &mut self.strings);
-        match self.convert(kind, value, ident.as_ref(), now) {
+        match self.convert(kind, value, ident.as_ref(), ctx, now) {
             Ok(Converted::Object(key, object)) => {
                 let key = shared_key(&mut self.strings, &key);
                 let Some(ident) = ident else {
@@ -764,7 +588,7 @@ impl ManifestSource {
                 problem(ctx, reason);
                 if let Some(ident) = ident
                     && !ctx.objects.contains_key(&ident)
-                    && let Some(prev) = ctx.old.and_then(|old| old.get(&ident))
+                    && let Some(prev) = ctx.old.get(&ident)
                 {
                     let mut prev = prev.clone();
                     prev.document = doc;
@@ -780,6 +604,7 @@ impl ManifestSource {
         kind: Kind,
         value: Value,
         ident: Option<&Ident>,
+        ctx: &FileCtx<'_>,
         now: i64,
     ) -> Result<Converted, String> {
         let typed_err = |e: serde_json::Error| match ident {
@@ -801,28 +626,38 @@ impl ManifestSource {
             Kind::ServiceExport => {
                 let export: crd::v1alpha1::ServiceExport =
                     serde_json::from_value(value).map_err(typed_err)?;
-                let observed = match ident {
-                    Some(ident) => {
-                        let known = self.known.entry(ident.clone()).or_default();
-                        *known.age.get_or_insert_with(|| {
-                            self.next_seq += 1;
-                            ExportAge {
-                                created: now,
-                                seq: self.next_seq,
-                            }
-                        })
-                    }
-                    None => ExportAge {
-                        created: now,
-                        seq: 0,
-                    },
-                };
+                let observed = self.export_age(ctx, ident, now);
                 convert::service_export(&export, observed)
             }
         };
         converted
             .map(|(key, object)| Converted::Object(key, object))
             .map_err(|e| e.to_string())
+    }
+
+    /// The age of an export: the one it had before (in this file's previous
+    /// read, or where it won before the rescan or still wins), else a new one.
+    fn export_age(&mut self, ctx: &FileCtx<'_>, ident: Option<&Ident>, now: i64) -> ExportAge {
+        let Some(ident) = ident else {
+            return ExportAge {
+                created: now,
+                seq: 0,
+            };
+        };
+        let before = ctx
+            .old
+            .get(ident)
+            .map(|d| &d.object)
+            .or_else(|| ctx.before.get(ident)?.as_ref().map(|(_, o)| o))
+            .or_else(|| self.files.winner(ident).map(|d| &d.object));
+        if let Some(Object::Export(export)) = before {
+            return export.age;
+        }
+        self.next_seq += 1;
+        ExportAge {
+            created: now,
+            seq: self.next_seq,
+        }
     }
 
     /// Logs one line per file and ignored kind.
@@ -1062,7 +897,10 @@ mod tests {
         let mut src = ManifestSource::new(dir.path());
         assert_eq!(src.rescan(&none()).len(), 2);
         let object = |src: &ManifestSource, name: &str| {
-            let (ident, def) = src.files[&path]
+            let (ident, def) = src
+                .files
+                .get(&path)
+                .unwrap()
                 .objects
                 .iter()
                 .find(|(i, _)| &*i.name == name)

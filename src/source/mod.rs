@@ -7,6 +7,7 @@
 
 pub mod convert;
 pub mod documents;
+mod files;
 pub mod manifests;
 pub mod watch;
 
