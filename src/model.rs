@@ -24,6 +24,9 @@ pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
     })
 }
 
+/// A few addresses (usually one), kept inline.
+pub type Ips = SmallVec<[IpAddr; 1]>;
+
 /// A member cluster's id (an RFC 1123 name; one or two DNS labels).
 pub type ClusterId = Arc<str>;
 
@@ -158,7 +161,7 @@ pub struct ExportInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceInfo {
     /// `spec.clusterIPs` (empty for headless).
-    pub cluster_ips: SmallVec<[IpAddr; 1]>,
+    pub cluster_ips: Ips,
     /// Everything else.
     pub spec: Arc<ServiceSpec>,
 }
@@ -172,13 +175,18 @@ impl std::ops::Deref for ServiceInfo {
 }
 
 /// The part of a Service most Services share: kind, ports, families, settings.
-#[derive(Clone, Debug, PartialEq)]
+/// (Serialized: the settings an import takes from its oldest export.)
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// ClusterIP-like, headless or ExternalName.
+    #[serde(skip)]
     pub kind: ServiceKind,
     /// Ports with `protocol` defaulted to `TCP`.
+    #[serde(skip)]
     pub ports: Arc<[ServicePort]>,
     /// `spec.ipFamilies` (derived from `clusterIPs` when absent; `IPv4` when both are).
+    #[serde(skip)]
     pub ip_families: Vec<IpFamily>,
     /// `spec.sessionAffinity`, defaulted to `None`.
     pub session_affinity: Setting,

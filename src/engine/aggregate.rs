@@ -6,16 +6,14 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use litemap::LiteMap;
 use serde::Serialize;
-use smallvec::SmallVec;
 
 use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
 use crate::crd::ServicePort;
 use crate::model::{
-    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKind, Setting,
-    SliceInfo,
+    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind,
+    ServiceSpec, SliceInfo,
 };
 
 /// Every cluster's inputs for one service, by cluster id (a sorted vector:
@@ -47,7 +45,7 @@ pub struct ImportCluster {
     /// The cluster id.
     pub cluster: ClusterId,
     /// Its Service's cluster IPs in the import's families.
-    pub cluster_ips: SmallVec<[IpAddr; 1]>,
+    pub cluster_ips: Ips,
     /// Its ready endpoints in the import's families, one per address.
     pub endpoints: Endpoints,
 }
@@ -103,19 +101,15 @@ pub struct Import {
     pub clusterset_ip: bool,
     /// VIPs ordered like `ip_families` (ClusterSetIP with `clusterset_ip` only;
     /// set by the engine).
-    pub vips: Vec<IpAddr>,
+    pub vips: Ips,
     /// What the service name resolves to for a ClusterSetIP import, in the
     /// local families: the VIPs, or without VIPs the exporting clusters'
     /// ClusterIPs, local cluster first (set by the engine).
-    pub addresses: Vec<IpAddr>,
-    /// From the oldest export.
-    pub session_affinity: Setting,
-    /// From the oldest export.
-    pub session_affinity_config: Option<SessionAffinityConfig>,
-    /// From the oldest export.
-    pub internal_traffic_policy: Setting,
-    /// From the oldest export.
-    pub traffic_distribution: Option<String>,
+    pub addresses: Ips,
+    /// The oldest export's Service: its session affinity (and config),
+    /// internal traffic policy and traffic distribution are the import's.
+    #[serde(flatten)]
+    pub service: Arc<ServiceSpec>,
     /// Exported labels of the oldest export.
     pub labels: BTreeMap<String, String>,
     /// Exported annotations of the oldest export.
@@ -185,7 +179,7 @@ pub struct Policy<'a> {
 /// Aggregates one service's inputs.
 pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
     let local_families = policy.local_families;
-    let mut exports = Vec::new();
+    let mut exports = Vec::with_capacity(inputs.len());
     let mut valid = Vec::new();
     for (cluster, input) in inputs {
         let Some(export) = &input.export else {
@@ -265,12 +259,9 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         ip_families: families,
         local_families,
         clusterset_ip: export.clusterset_ip.unwrap_or(policy.clusterset_ip),
-        vips: Vec::new(),
-        addresses: Vec::new(),
-        session_affinity: svc.session_affinity.clone(),
-        session_affinity_config: svc.session_affinity_config.clone(),
-        internal_traffic_policy: svc.internal_traffic_policy.clone(),
-        traffic_distribution: svc.traffic_distribution.clone(),
+        vips: Ips::new(),
+        addresses: Ips::new(),
+        service: svc.spec.clone(),
         labels: export.labels.clone(),
         annotations: export.annotations.clone(),
         clusters,
@@ -562,7 +553,7 @@ pub(crate) mod tests {
 
     /// A ClusterIP service with one named port, families and cluster IPs derived from `ips`.
     pub(crate) fn service(ips: &[&str], ports: &[(&str, i32)]) -> ServiceInfo {
-        let cluster_ips: SmallVec<[IpAddr; 1]> = ips.iter().map(|s| s.parse().unwrap()).collect();
+        let cluster_ips: Ips = ips.iter().map(|s| s.parse().unwrap()).collect();
         let spec = crate::model::ServiceSpec {
             kind: ServiceKind::ClusterIp,
             ports: ports
@@ -729,7 +720,7 @@ pub(crate) mod tests {
             ]),
             BOTH,
         );
-        assert_eq!(a.import.as_ref().unwrap().session_affinity, "None");
+        assert_eq!(a.import.as_ref().unwrap().service.session_affinity, "None");
         assert_eq!(status(&a, "b", CONFLICT).reason, "SessionAffinityConflict");
     }
 
@@ -805,7 +796,7 @@ pub(crate) mod tests {
             "PortConflict,LabelsConflict,AnnotationsConflict,InternalTrafficPolicyConflict,TrafficDistributionConflict"
         );
         let import = a.import.clone().unwrap();
-        assert!(import.labels.is_empty() && import.internal_traffic_policy == "Cluster");
+        assert!(import.labels.is_empty() && import.service.internal_traffic_policy == "Cluster");
     }
 
     #[test]

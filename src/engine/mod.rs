@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::model::{Change, ClusterId, ImportType, IpFamily, Object, ObjectRef, ServiceKey};
+use crate::model::{Change, ClusterId, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey};
 pub use aggregate::{
     Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster, PerCluster, Policy,
 };
@@ -289,11 +289,15 @@ impl Engine {
                     }
                 } else if allocate {
                     match self.vips.ensure(key, &import.ip_families) {
-                        Ok(vips) => import.vips = vips,
+                        Ok(vips) => import.vips = vips.into_iter().collect(),
                         Err(e) => warn!(service = %key, error = %e, "no VIP for the import"),
                     }
                 } else {
-                    import.vips = self.vips.held(key, &import.ip_families);
+                    import.vips = self
+                        .vips
+                        .held(key, &import.ip_families)
+                        .into_iter()
+                        .collect();
                 }
                 import.addresses = served_addresses(import, self.local_cluster.as_ref());
             }
@@ -314,13 +318,13 @@ impl Engine {
 /// What a ClusterSetIP import's name resolves to: its local VIPs, or without
 /// VIPs every exporting cluster's ClusterIPs in the local families, the local
 /// cluster's first.
-fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Vec<IpAddr> {
+fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Ips {
     if import.clusterset_ip {
         return import.local_vips().collect();
     }
     let mut clusters: Vec<&ImportCluster> = import.clusters.iter().collect();
     clusters.sort_by_key(|c| Some(&c.cluster) != local);
-    let mut addresses: Vec<IpAddr> = Vec::new();
+    let mut addresses = Ips::new();
     for ip in clusters.iter().flat_map(|c| &c.cluster_ips) {
         if import.local_families.contains(&IpFamily::of(ip)) && !addresses.contains(ip) {
             addresses.push(*ip);
@@ -420,7 +424,7 @@ mod tests {
             upsert("east", Object::Export(export(1).into())),
         ]);
         let vips = &engine.get(&key()).unwrap().import.as_ref().unwrap().vips;
-        assert_eq!(vips, &["243.0.0.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(vips[..], ["243.0.0.2".parse::<IpAddr>().unwrap()]);
         // Once that endpoint is gone the address is free again, for a new service.
         engine.apply([Change::Delete(
             "east".into(),
@@ -437,7 +441,7 @@ mod tests {
             Change::Upsert("east".into(), third, Object::Export(export(2).into())),
         ]);
         assert_eq!(
-            updates[0].1.as_ref().unwrap().vips,
+            updates[0].1.as_ref().unwrap().vips[..],
             ["243.0.0.1".parse::<IpAddr>().unwrap()]
         );
     }

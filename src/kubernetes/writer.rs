@@ -551,15 +551,15 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
             ports: import.ports.to_vec(),
             ips: import.local_vips().map(|ip| ip.to_string()).collect(),
             type_: import.type_.as_str().to_owned(),
-            session_affinity: Some(import.session_affinity.to_string()),
-            session_affinity_config: import.session_affinity_config.clone(),
+            session_affinity: Some(import.service.session_affinity.to_string()),
+            session_affinity_config: import.service.session_affinity_config.clone(),
             ip_families: import
                 .local_families
                 .iter()
                 .map(|f| f.as_str().to_owned())
                 .collect(),
-            internal_traffic_policy: Some(import.internal_traffic_policy.to_string()),
-            traffic_distribution: import.traffic_distribution.clone(),
+            internal_traffic_policy: Some(import.service.internal_traffic_policy.to_string()),
+            traffic_distribution: import.service.traffic_distribution.clone(),
         },
     );
     object.metadata.namespace = Some(key.namespace.to_string());
