@@ -154,6 +154,11 @@ impl Files {
             .map(|(_, state)| state)
     }
 
+    /// Whether no file is known.
+    pub(super) fn is_empty(&self) -> bool {
+        self.numbers.is_empty()
+    }
+
     /// Every file, in no particular order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (&Arc<Path>, &FileState)> {
         self.states

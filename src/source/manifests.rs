@@ -176,6 +176,9 @@ impl ManifestSource {
     pub fn rescan(&mut self, touched: &HashSet<PathBuf>) -> Vec<Change> {
         let walk = self.walk();
         let mut affected = Affected::new();
+        // Nothing was told before the first scan: every winner is new, and
+        // noting each of the (many) objects as touched would only cost memory.
+        let first = self.files.is_empty();
 
         let walked: HashSet<&Path> = walk.files.iter().map(|(p, ..)| p.as_path()).collect();
         let gone: Vec<PathBuf> = self
@@ -223,14 +226,20 @@ impl ManifestSource {
                 let path = &file.0;
                 let old = self.undefine(path, &mut affected).unwrap_or_default();
                 let state = self.read_file(file, pieces, old, &affected, now);
-                for ident in state.objects.keys() {
-                    self.touch(ident, &mut affected);
+                if !first {
+                    for ident in state.objects.keys() {
+                        self.touch(ident, &mut affected);
+                    }
                 }
                 self.files.insert(path, state);
             }
         }
 
-        let changes = self.settle(affected);
+        let changes = if first {
+            self.winners()
+        } else {
+            self.settle(affected)
+        };
         self.update_problems(walk.problems);
         changes
     }
@@ -258,6 +267,29 @@ impl ManifestSource {
     fn winner(&self, ident: &Ident) -> Option<(ServiceKey, Object)> {
         let def = self.files.winner(ident)?;
         Some((def.key.clone(), def.object.clone()))
+    }
+
+    /// Every winning definition, as an upsert.
+    fn winners(&self) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for (_, state) in self.files.iter() {
+            for (ident, def) in state.objects.iter() {
+                if self
+                    .files
+                    .winner(ident)
+                    .is_some_and(|w| std::ptr::eq(w, def))
+                {
+                    let object = def.object.clone();
+                    changes.push(Change::Upsert(
+                        ident.cluster.clone(),
+                        def.key.clone(),
+                        object,
+                    ));
+                }
+            }
+        }
+        changes.sort_by(|a, b| change_order(a).cmp(&change_order(b)));
+        changes
     }
 
     /// Compares the winning definition of each affected object with the one
