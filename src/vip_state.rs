@@ -10,15 +10,28 @@ use serde::{Deserialize, Serialize};
 use crate::model::ServiceKey;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct StateFile {
-    vips: Vec<Entry>,
+struct StateFile<V> {
+    vips: V,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct Entry {
-    namespace: String,
-    name: String,
+struct Entry<S> {
+    namespace: S,
+    name: S,
     ip: IpAddr,
+}
+
+/// Allocations serialized as entries as they are written, without a copy.
+struct Entries<'a>(&'a [(ServiceKey, IpAddr)]);
+
+impl Serialize for Entries<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|(key, ip)| Entry {
+            namespace: &*key.namespace,
+            name: &*key.name,
+            ip: *ip,
+        }))
+    }
 }
 
 /// Reads saved allocations; a missing file means none.
@@ -28,7 +41,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).with_context(|| format!("reading VIP state {}", path.display())),
     };
-    let state: StateFile = serde_json::from_str(&text)
+    let state: StateFile<Vec<Entry<String>>> = serde_json::from_str(&text)
         .with_context(|| format!("VIP state {} is not valid", path.display()))?;
     Ok(state
         .vips
@@ -40,21 +53,17 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
 /// Writes allocations atomically (temporary file, then rename).
 pub fn save(path: &Path, allocations: &[(ServiceKey, IpAddr)]) -> anyhow::Result<()> {
     let state = StateFile {
-        vips: allocations
-            .iter()
-            .map(|(key, ip)| Entry {
-                namespace: key.namespace.to_string(),
-                name: key.name.to_string(),
-                ip: *ip,
-            })
-            .collect(),
+        vips: Entries(allocations),
     };
     let write = || -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?)?;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        serde_json::to_writer_pretty(&mut out, &state)?;
+        out.into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
         std::fs::rename(&tmp, path)
     };
     write().with_context(|| format!("writing VIP state {}", path.display()))

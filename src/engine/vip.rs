@@ -90,6 +90,7 @@ impl VipAllocator {
         &mut self,
         saved: impl IntoIterator<Item = (ServiceKey, IpAddr)>,
     ) -> Vec<(ServiceKey, IpAddr)> {
+        let was_dirty = self.dirty;
         let mut skipped = Vec::new();
         for (key, ip) in saved {
             let family = IpFamily::of(&ip);
@@ -101,6 +102,9 @@ impl VipAllocator {
                 skipped.push((key, ip));
             }
         }
+        // The saved state already says what was restored: only what was
+        // skipped makes it stale.
+        self.dirty = was_dirty || !skipped.is_empty();
         skipped
     }
 
@@ -411,6 +415,13 @@ mod tests {
         input.reverse();
         input.push((key("z"), outside));
         assert_eq!(b.restore(input), vec![(key("z"), outside)]);
+        assert!(
+            b.take_dirty(),
+            "a skipped entry makes the saved state stale"
+        );
+        let mut c = VipAllocator::new(tiny_pools());
+        assert!(c.restore(saved.clone()).is_empty());
+        assert!(!c.take_dirty(), "a clean restore has nothing to save");
         assert_eq!(b.ensure(&key("y"), &[IPv4]).unwrap(), vec![y]);
         assert_eq!(b.ensure(&key("x"), &[IPv4]).unwrap(), vec![x]);
         b.retain(|k| k.name.as_ref() == "x");
