@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Distinct values, each kept once.
 #[derive(Debug)]
@@ -55,6 +55,12 @@ impl<T: ?Sized + Eq + Hash> Interner<T> {
             self.live_at_last_prune = self.values.len();
         }
     }
+}
+
+/// The shared copy of `value` in a process-wide `interner` (a `static`).
+pub fn share<T: Eq + Hash + Clone>(interner: &Mutex<Interner<T>>, value: T) -> Arc<T> {
+    let mut interner = interner.lock().unwrap_or_else(|e| e.into_inner());
+    interner.get(&value, || Arc::new(value.clone()))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::crd::ServicePort;
-use crate::intern::Interner;
+use crate::intern::{Interner, share};
 
 /// FNV-1a of `bytes`: a hash that is the same in every process and release
 /// (VIP placement and object names depend on it).
@@ -143,16 +143,31 @@ pub struct ExportAge {
 pub struct ExportInfo {
     /// Age used for oldest-wins conflict resolution.
     pub age: ExportAge,
-    /// `spec.exportedLabels`.
-    pub labels: BTreeMap<String, String>,
-    /// `spec.exportedAnnotations`.
-    pub annotations: BTreeMap<String, String>,
+    /// The exported labels and annotations (shared: nearly all are the same).
+    pub exported: Arc<Exported>,
     /// Whether the import gets clusterset VIPs (the export's
     /// `clusterset-dns.io/use-clusterset-ip` annotation; unset: the global default).
     pub clusterset_ip: Option<bool>,
     /// Whether EndpointSlices of a ClusterIP service carry pod IPs rather than
     /// the Service's ClusterIPs (`clusterset-dns.io/use-pod-ips`; unset: the global default).
     pub pod_ips: Option<bool>,
+}
+
+/// The labels and annotations a ServiceExport gives its import.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Exported {
+    /// `spec.exportedLabels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.exportedAnnotations`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Exported {
+    /// The process-wide shared copy of these labels and annotations.
+    pub fn shared(self) -> Arc<Exported> {
+        static EXPORTED: LazyLock<Mutex<Interner<Exported>>> = LazyLock::new(Default::default);
+        share(&EXPORTED, self)
+    }
 }
 
 /// What a cluster's Service says, reduced to what an import needs: its own
@@ -218,8 +233,7 @@ impl ServiceSpec {
     /// The process-wide shared copy of this spec.
     pub fn shared(self) -> Arc<ServiceSpec> {
         static SPECS: LazyLock<Mutex<Interner<ServiceSpec>>> = LazyLock::new(Default::default);
-        let mut specs = SPECS.lock().unwrap_or_else(|e| e.into_inner());
-        specs.get(&self, || Arc::new(self.clone()))
+        share(&SPECS, self)
     }
 }
 

@@ -2,7 +2,7 @@
 //! import and the conditions of every export (DESIGN.md §3). Pure: no I/O, no
 //! clock, no VIPs (those are the allocator's).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
 use crate::crd::ServicePort;
 use crate::model::{
-    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind,
+    ClusterId, Endpoint, ExportInfo, Exported, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind,
     ServiceSpec, SliceInfo,
 };
 
@@ -110,14 +110,13 @@ pub struct Import {
     /// internal traffic policy and traffic distribution are the import's.
     #[serde(flatten)]
     pub service: Arc<ServiceSpec>,
-    /// Exported labels of the oldest export.
-    pub labels: BTreeMap<String, String>,
-    /// Exported annotations of the oldest export.
-    pub annotations: BTreeMap<String, String>,
+    /// The oldest export's exported labels and annotations.
+    #[serde(flatten)]
+    pub exported: Arc<Exported>,
     /// Clusters taking part, oldest export first.
     pub clusters: Vec<ImportCluster>,
-    /// The import's `Ready` condition.
-    pub ready: Condition,
+    /// The import's `Ready` condition (shared while it is the usual `True`).
+    pub ready: Arc<Condition>,
 }
 
 impl Import {
@@ -234,8 +233,10 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         .copied()
         .filter(|f| local_families.contains(f))
         .collect();
+    static READY_TRUE: LazyLock<Arc<Condition>> =
+        LazyLock::new(|| Arc::new(Condition::new(READY, true, "Ready", "")));
     let ready = if local_families.is_empty() {
-        Condition::new(
+        Arc::new(Condition::new(
             READY,
             false,
             "IPFamilyNotSupported",
@@ -243,9 +244,9 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
                 "the local cluster supports none of the import's IP families ({})",
                 join(&families)
             ),
-        )
+        ))
     } else {
-        Condition::new(READY, true, "Ready", "")
+        READY_TRUE.clone()
     };
     let clusters = valid
         .iter()
@@ -262,8 +263,7 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         vips: Ips::new(),
         addresses: Ips::new(),
         service: svc.spec.clone(),
-        labels: export.labels.clone(),
-        annotations: export.annotations.clone(),
+        exported: export.exported.clone(),
         clusters,
         ready,
     };
@@ -374,12 +374,12 @@ fn export_status(
         ),
         (
             ConflictReason::LabelsConflict,
-            candidate.export.labels == oldest.export.labels,
+            candidate.export.exported.labels == oldest.export.exported.labels,
             "exportedLabels".into(),
         ),
         (
             ConflictReason::AnnotationsConflict,
-            candidate.export.annotations == oldest.export.annotations,
+            candidate.export.exported.annotations == oldest.export.exported.annotations,
             "exportedAnnotations".into(),
         ),
         (
@@ -580,8 +580,7 @@ pub(crate) mod tests {
     pub(crate) fn export(created: i64) -> ExportInfo {
         ExportInfo {
             age: ExportAge { created, seq: 0 },
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
+            exported: Default::default(),
             clusterset_ip: None,
             pod_ips: None,
         }
@@ -778,8 +777,9 @@ pub(crate) mod tests {
         Arc::make_mut(&mut b.spec).internal_traffic_policy = "Local".into();
         Arc::make_mut(&mut b.spec).traffic_distribution = Some("PreferClose".into());
         let mut b_export = export(2);
-        b_export.labels.insert("team".into(), "x".into());
-        b_export.annotations.insert("note".into(), "y".into());
+        let exported = Arc::make_mut(&mut b_export.exported);
+        exported.labels.insert("team".into(), "x".into());
+        exported.annotations.insert("note".into(), "y".into());
         let a = aggregate(
             &inputs(vec![
                 (
@@ -796,7 +796,8 @@ pub(crate) mod tests {
             "PortConflict,LabelsConflict,AnnotationsConflict,InternalTrafficPolicyConflict,TrafficDistributionConflict"
         );
         let import = a.import.clone().unwrap();
-        assert!(import.labels.is_empty() && import.service.internal_traffic_policy == "Cluster");
+        assert!(import.exported.labels.is_empty());
+        assert_eq!(import.service.internal_traffic_policy, "Cluster");
     }
 
     #[test]

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::model::{
-    ClusterId, ExportAge, ExportInfo, ImportType, IpFamily, SESSION_AFFINITIES, ServiceInfo,
-    ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
+    ClusterId, ExportAge, ExportInfo, Exported, ImportType, IpFamily, SESSION_AFFINITIES,
+    ServiceInfo, ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
 };
 use crate::source::convert::ConvertError;
 
@@ -166,8 +166,8 @@ pub fn export_record(
 ) -> ServiceImport {
     let extras = ExportExtras {
         created: export.age.created,
-        labels: export.labels.clone(),
-        annotations: export.annotations.clone(),
+        labels: export.exported.labels.clone(),
+        annotations: export.exported.annotations.clone(),
         clusterset_ip: export.clusterset_ip.unwrap_or(clusterset_ip),
         pod_ips: export.pod_ips.unwrap_or(pod_ips),
     };
@@ -256,8 +256,11 @@ pub fn read_export_record(
             created: extras.created,
             seq: 0,
         },
-        labels: extras.labels,
-        annotations: extras.annotations,
+        exported: Exported {
+            labels: extras.labels,
+            annotations: extras.annotations,
+        }
+        .shared(),
         clusterset_ip: Some(extras.clusterset_ip),
         pod_ips: Some(extras.pod_ips),
     };
@@ -426,8 +429,10 @@ mod tests {
                 created: 1_700_000_000,
                 seq: 0,
             },
-            labels: BTreeMap::from([("tier".into(), "front".into())]),
-            annotations: BTreeMap::from([("note".into(), "x".into())]),
+            exported: Arc::new(Exported {
+                labels: BTreeMap::from([("tier".into(), "front".into())]),
+                annotations: BTreeMap::from([("note".into(), "x".into())]),
+            }),
             clusterset_ip: None,
             pod_ips: Some(false),
         };
@@ -446,10 +451,7 @@ mod tests {
             "the default is resolved by the writer"
         );
         assert_eq!(e.pod_ips, Some(false));
-        assert_eq!(
-            (e.age, e.labels, e.annotations),
-            (export.age, export.labels, export.annotations)
-        );
+        assert_eq!((e.age, e.exported), (export.age, export.exported));
     }
 
     #[test]

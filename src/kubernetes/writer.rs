@@ -332,7 +332,7 @@ impl Writer {
                     cluster: c.cluster.to_string(),
                 })
                 .collect(),
-            conditions: conditions(std::slice::from_ref(&import.ready), &old.conditions),
+            conditions: conditions(std::slice::from_ref(&*import.ready), &old.conditions),
         };
         if actual.is_none() || status != old {
             self.patch_status(&api, &key.name, &status).await?;
@@ -543,7 +543,7 @@ impl Writer {
 /// The member cluster's ServiceImport for an import: families and VIPs
 /// limited to what the local cluster supports.
 fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
-    let mut labels = import.labels.clone();
+    let mut labels = import.exported.labels.clone();
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER.into());
     let mut object = ServiceImport::new(
         &key.name,
@@ -564,7 +564,7 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
     );
     object.metadata.namespace = Some(key.namespace.to_string());
     object.metadata.labels = Some(labels);
-    object.metadata.annotations = Some(import.annotations.clone());
+    object.metadata.annotations = Some(import.exported.annotations.clone());
     object
 }
 

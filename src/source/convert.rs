@@ -13,8 +13,8 @@ use smallvec::SmallVec;
 
 use crate::crd::{self, LABEL_MCS_SERVICE_NAME, LABEL_SERVICE_NAME};
 use crate::model::{
-    Endpoint, ExportAge, ExportInfo, IpFamily, Object, SESSION_AFFINITIES, ServiceInfo, ServiceKey,
-    ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
+    Endpoint, ExportAge, ExportInfo, Exported, IpFamily, Object, SESSION_AFFINITIES, ServiceInfo,
+    ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
 };
 
 /// The namespace of an object whose `metadata.namespace` is missing, as `kubectl apply` assumes.
@@ -255,8 +255,11 @@ pub fn service_export(
     };
     let info = ExportInfo {
         age,
-        labels: export.spec.exported_labels.clone(),
-        annotations: export.spec.exported_annotations.clone(),
+        exported: Exported {
+            labels: export.spec.exported_labels.clone(),
+            annotations: export.spec.exported_annotations.clone(),
+        }
+        .shared(),
         clusterset_ip: switch(crd::ANNOTATION_CLUSTERSET_IP)?,
         pod_ips: switch(crd::ANNOTATION_POD_IPS)?,
     };
@@ -507,8 +510,14 @@ mod tests {
                 seq: 0
             }
         );
-        assert_eq!(info.labels.get("tier").map(String::as_str), Some("front"));
-        assert_eq!(info.annotations.get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            info.exported.labels.get("tier").map(String::as_str),
+            Some("front")
+        );
+        assert_eq!(
+            info.exported.annotations.get("a").map(String::as_str),
+            Some("b")
+        );
 
         let export: crd::v1alpha1::ServiceExport = serde_json::from_value(json!({
             "metadata": {"name": "web"}, "spec": {}
@@ -518,7 +527,7 @@ mod tests {
         assert_eq!(key, ServiceKey::new("default", "web"));
         let Object::Export(info) = obj else { panic!() };
         assert_eq!(info.age, observed);
-        assert!(info.labels.is_empty() && info.annotations.is_empty());
+        assert_eq!(*info.exported, Exported::default());
     }
 
     #[test]

@@ -316,8 +316,7 @@ mod tests {
             .map(|n| {
                 let export = crate::model::ExportInfo {
                     age: ExportAge { created: 0, seq },
-                    labels: Default::default(),
-                    annotations: Default::default(),
+                    exported: Default::default(),
                     clusterset_ip: None,
                     pod_ips: None,
                 };

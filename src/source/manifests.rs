@@ -1173,7 +1173,10 @@ mod tests {
         assert!(src.problems().is_empty(), "{:?}", src.problems());
         let web = upserted(&changes, "east", "prod/web");
         let Object::Export(e) = web[0] else { panic!() };
-        assert_eq!(e.labels.get("tier").map(String::as_str), Some("web"));
+        assert_eq!(
+            e.exported.labels.get("tier").map(String::as_str),
+            Some("web")
+        );
         let Object::Slice(name, slice) = web[2] else {
             panic!()
         };
