@@ -64,11 +64,22 @@ impl fmt::Display for Ident {
 /// One object as a file defines it.
 #[derive(Clone, Debug)]
 pub(super) struct Def {
-    /// The service it belongs to.
-    pub(super) key: ServiceKey,
     pub(super) object: Object,
+    /// The service an EndpointSlice belongs to (a Service or ServiceExport
+    /// is its own: the service of its ident).
+    pub(super) service: Option<Arc<str>>,
     /// Its document's number in the file, from 1.
-    pub(super) document: usize,
+    pub(super) document: u32,
+}
+
+impl Def {
+    /// The service this definition of `ident` belongs to.
+    pub(super) fn key(&self, ident: &Ident) -> ServiceKey {
+        ServiceKey {
+            namespace: ident.namespace.clone(),
+            name: self.service.as_ref().unwrap_or(&ident.name).clone(),
+        }
+    }
 }
 
 /// What a file looked like when last read.
@@ -321,8 +332,8 @@ mod tests {
                     pod_ips: None,
                 };
                 let def = Def {
-                    key: ServiceKey::new("prod", n),
                     object: Object::Export(Arc::new(export)),
+                    service: None,
                     document: 1,
                 };
                 (ident(n), def)

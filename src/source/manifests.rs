@@ -70,14 +70,6 @@ fn shared(strings: &mut Strings, s: &str) -> Arc<str> {
     strings.get(s, || Arc::from(s))
 }
 
-/// The key with its strings shared.
-fn shared_key(strings: &mut Strings, key: &ServiceKey) -> ServiceKey {
-    ServiceKey {
-        namespace: shared(strings, &key.namespace),
-        name: shared(strings, &key.name),
-    }
-}
-
 /// The objects a rescan touched, each with its winning definition from
 /// before the rescan: what the engine was told.
 type Affected = BTreeMap<Ident, Option<(ServiceKey, Object)>>;
@@ -266,7 +258,7 @@ impl ManifestSource {
     /// The definition that wins for `ident`: the first file's.
     fn winner(&self, ident: &Ident) -> Option<(ServiceKey, Object)> {
         let def = self.files.winner(ident)?;
-        Some((def.key.clone(), def.object.clone()))
+        Some((def.key(ident), def.object.clone()))
     }
 
     /// Every winning definition, as an upsert.
@@ -282,7 +274,7 @@ impl ManifestSource {
                     let object = def.object.clone();
                     changes.push(Change::Upsert(
                         ident.cluster.clone(),
-                        def.key.clone(),
+                        def.key(ident),
                         object,
                     ));
                 }
@@ -339,7 +331,7 @@ impl ManifestSource {
                     .files
                     .get(path)
                     .and_then(|s| s.objects.get(ident))
-                    .map(|d| d.document);
+                    .map(|d| d.document as usize);
                 current.push(Problem {
                     file: path.to_path_buf(),
                     document,
@@ -486,7 +478,7 @@ impl ManifestSource {
         let mut by_document: BTreeMap<usize, Vec<(&Ident, &Def)>> = BTreeMap::new();
         for (ident, def) in old.objects.iter() {
             by_document
-                .entry(def.document)
+                .entry(def.document as usize)
                 .or_default()
                 .push((ident, def));
         }
@@ -516,7 +508,7 @@ impl ManifestSource {
                         for (ident, def) in defs {
                             let document = doc + was - at;
                             let def = Def {
-                                document,
+                                document: doc_number(document),
                                 ..(*def).clone()
                             };
                             if let Err(reason) = ctx.define((*ident).clone(), def) {
@@ -600,16 +592,17 @@ impl ManifestSource {
         let ident = read_ident(&ctx.cluster, kind, map, &mut self.strings);
         match self.convert(kind, value, ident.as_ref(), ctx, now) {
             Ok(Converted::Object(key, object)) => {
-                let key = shared_key(&mut self.strings, &key);
+                let service =
+                    (kind == Kind::EndpointSlice).then(|| shared(&mut self.strings, &key.name));
                 let Some(ident) = ident else {
                     // Conversion requires a name, so this does not happen.
                     problem(ctx, format!("{} without a name", kind.as_str()));
                     return;
                 };
                 let def = Def {
-                    key,
                     object,
-                    document: doc,
+                    service,
+                    document: doc_number(doc),
                 };
                 if let Err(reason) = ctx.define(ident, def) {
                     problem(ctx, reason);
@@ -623,7 +616,7 @@ impl ManifestSource {
                     && let Some(prev) = ctx.old.get(&ident)
                 {
                     let mut prev = prev.clone();
-                    prev.document = doc;
+                    prev.document = doc_number(doc);
                     ctx.objects.insert(ident, prev);
                 }
             }
@@ -735,6 +728,11 @@ fn is_manifest(path: &Path) -> bool {
 }
 
 /// Parses a file into its documents (`Err` when the file as a whole is unusable).
+/// A document number as a definition keeps it.
+fn doc_number(doc: usize) -> u32 {
+    u32::try_from(doc).unwrap_or(u32::MAX)
+}
+
 /// Seconds since the Unix epoch.
 fn unix_now() -> i64 {
     SystemTime::now()
