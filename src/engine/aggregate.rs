@@ -140,7 +140,7 @@ pub struct ExportStatus {
     pub conditions: Arc<[Condition]>,
     /// The reasons of the `Conflict` condition, when it is true.
     #[serde(skip)]
-    pub conflicts: Vec<ConflictReason>,
+    pub conflicts: Box<[ConflictReason]>,
 }
 
 impl ExportStatus {
@@ -292,7 +292,7 @@ fn invalid(
             Condition::new(VALID, false, reason, message),
             Condition::new(READY, false, ready_reason, message),
         ]),
-        conflicts: Vec::new(),
+        conflicts: Box::default(),
     }
 }
 
@@ -450,7 +450,7 @@ fn export_status(
     ExportStatus {
         cluster: candidate.cluster.clone(),
         conditions: shared_conditions([valid, ready, conflict]),
-        conflicts: reasons,
+        conflicts: reasons.into_boxed_slice(),
     }
 }
 

@@ -88,7 +88,7 @@ impl Stats {
                 import.clusters.iter().map(|c| c.endpoints.len()).sum(),
             );
         }
-        for reason in aggregate.exports.iter().flat_map(|e| &e.conflicts) {
+        for reason in aggregate.exports.iter().flat_map(|e| e.conflicts.iter()) {
             change(self.conflicts.entry(*reason).or_default(), 1);
         }
     }
@@ -198,12 +198,15 @@ impl Engine {
     fn apply_one(&mut self, change: Change) {
         match change {
             Change::Upsert(cluster, key, object) => {
-                let entry = self
-                    .inputs
-                    .entry(key)
-                    .or_default()
-                    .entry(cluster)
-                    .or_default();
+                let clusters = self.inputs.entry(key).or_default();
+                if !clusters.contains_key(&cluster) {
+                    clusters.insert(cluster.clone(), ClusterInputs::default());
+                    // Exactly as many entries as clusters: there are 100k+ of these.
+                    let mut exact = std::mem::take(clusters).into_tuple_vec();
+                    exact.shrink_to_fit();
+                    *clusters = PerCluster::from_sorted_store_unchecked(exact);
+                }
+                let entry = clusters.get_mut(&cluster).expect("inserted above");
                 let old = match object.reference() {
                     ObjectRef::Export => None,
                     _ => Some(addresses(entry, &object.reference())),
