@@ -7,6 +7,7 @@
 //! a hash of its text: when a file of thousands of objects changes in one
 //! place, only that piece is parsed, and the objects of the others are kept.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::hash::BuildHasher;
 use std::path::Path;
@@ -21,6 +22,42 @@ pub struct Piece {
     pub hash: u64,
     /// How many documents it holds.
     pub documents: u32,
+}
+
+/// A file's pieces in order, compactly: their hashes, and their document
+/// counts where not the usual one.
+#[derive(Debug, Default)]
+pub struct Pieces {
+    hashes: Vec<u64>,
+    /// By position: the count of each piece holding other than one document.
+    unusual: BTreeMap<u32, u32>,
+}
+
+impl Pieces {
+    /// Adds the next piece.
+    pub fn push(&mut self, piece: Piece) {
+        if piece.documents != 1 {
+            let at = u32::try_from(self.hashes.len()).unwrap_or(u32::MAX);
+            self.unusual.insert(at, piece.documents);
+        }
+        self.hashes.push(piece.hash);
+    }
+
+    /// Releases spare room once the last piece is in.
+    pub fn shrink_to_fit(&mut self) {
+        self.hashes.shrink_to_fit();
+    }
+
+    /// The pieces in order.
+    pub fn iter(&self) -> impl Iterator<Item = Piece> + '_ {
+        self.hashes.iter().enumerate().map(|(at, &hash)| Piece {
+            hash,
+            documents: u32::try_from(at)
+                .ok()
+                .and_then(|at| self.unusual.get(&at).copied())
+                .unwrap_or(1),
+        })
+    }
 }
 
 /// A piece as read now: parsed, or left alone because its text is unchanged.

@@ -19,7 +19,7 @@ use hashbrown::HashTable;
 use litemap::LiteMap;
 use smallvec::SmallVec;
 
-use super::documents::{Piece, Reusable};
+use super::documents::{Pieces, Reusable};
 use super::manifests::Problem;
 use crate::model::{ClusterId, Object, ServiceKey};
 
@@ -106,7 +106,7 @@ pub(super) struct FileState {
     pub(super) stamp: Option<Stamp>,
     pub(super) objects: LiteMap<Ident, Def>,
     pub(super) problems: Vec<Problem>,
-    pub(super) pieces: Vec<Piece>,
+    pub(super) pieces: Pieces,
 }
 
 impl FileState {
@@ -117,7 +117,7 @@ impl FileState {
         let troubled: BTreeSet<usize> = self.problems.iter().filter_map(|p| p.document).collect();
         let mut first = 0;
         let mut reusable = Reusable::default();
-        for piece in &self.pieces {
+        for piece in self.pieces.iter() {
             let documents = piece.documents as usize;
             if troubled
                 .range(first + 1..=first + documents)

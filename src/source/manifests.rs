@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use walkdir::WalkDir;
 
 use super::convert;
-use super::documents::{self, ReadPiece, Reusable};
+use super::documents::{self, Pieces, ReadPiece, Reusable};
 use super::files::{Def, FileState, Files, Ident, Kind, Stamp};
 use crate::crd;
 use crate::intern::Interner;
@@ -469,7 +469,7 @@ impl ManifestSource {
         // Where each old piece's documents were, and the objects of each document.
         let mut old_pieces: HashMap<u64, (usize, u32)> = HashMap::new();
         let mut first = 0;
-        for piece in &old.pieces {
+        for piece in old.pieces.iter() {
             old_pieces
                 .entry(piece.hash)
                 .or_insert((first, piece.documents));
@@ -491,7 +491,7 @@ impl ManifestSource {
             objects: BTreeMap::new(),
             problems: Vec::new(),
         };
-        let mut kept = Vec::with_capacity(pieces.len());
+        let mut kept = Pieces::default();
         let mut doc = 0;
         for ReadPiece { mut piece, values } in pieces {
             match values {
@@ -521,6 +521,7 @@ impl ManifestSource {
             }
             kept.push(piece);
         }
+        kept.shrink_to_fit();
         FileState {
             stamp: Some(*stamp),
             // Built as a tree (documents come in any order), kept as a sorted vector.
