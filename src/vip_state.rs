@@ -3,10 +3,12 @@
 
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::intern::Interner;
 use crate::model::ServiceKey;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -43,10 +45,19 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
     };
     let state: StateFile<Vec<Entry<String>>> = serde_json::from_str(&text)
         .with_context(|| format!("VIP state {} is not valid", path.display()))?;
+    // Namespaces repeat: keep one copy of each.
+    let mut namespaces: Interner<str> = Interner::default();
     Ok(state
         .vips
         .into_iter()
-        .map(|e| (ServiceKey::new(&e.namespace, &e.name), e.ip))
+        .map(|e| {
+            let namespace = namespaces.get(&e.namespace, || Arc::from(e.namespace.as_str()));
+            let key = ServiceKey {
+                namespace,
+                name: e.name.into(),
+            };
+            (key, e.ip)
+        })
         .collect())
 }
 
