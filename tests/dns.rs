@@ -335,6 +335,12 @@ async fn dual_stack_headless_with_a_two_label_cluster_id() {
         (&*svc("10-5-0-2.north.eu.pods.shop"), 80),
         (&*svc("fd00-5--2.north.eu.pods.shop"), 80),
     ]);
+    // Asked first in mixed case, the targets are still lower case (and the
+    // answer, cached, serves the lower-case question too).
+    assert_eq!(
+        srv(server.addr, &svc("_http._tcp.PODS.Shop")).await,
+        (targets.clone(), 3)
+    );
     assert_eq!(
         srv(server.addr, &svc("_http._tcp.pods.shop")).await,
         (targets, 3)

@@ -56,8 +56,6 @@ const MAX_KEY: usize = 255 + 4 + 2;
 /// One imported service as DNS sees it.
 #[derive(Debug)]
 pub struct ServiceEntry {
-    /// `<svc>.<ns>.svc.<zone>`, lower case.
-    pub name: Name,
     /// The import (shared with the engine).
     pub import: Arc<Import>,
     cache: ResponseCache,
@@ -248,12 +246,11 @@ impl Index {
             }
             return;
         };
-        let Some(name) = records_name(&self.zone, &format!("{map_key}.svc")) else {
+        if records_name(&self.zone, &format!("{map_key}.svc")).is_none() {
             warn!(service = %key, "name or namespace is not a valid DNS label; not served");
             return;
-        };
+        }
         let entry = Arc::new(ServiceEntry {
-            name,
             import,
             cache: RwLock::default(),
         });

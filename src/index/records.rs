@@ -37,7 +37,8 @@ pub fn service_records(
                 }
             }
             if wants(rtype, RecordType::SRV) {
-                records.extend(bare_srv(entry, owner, ttl));
+                let service = service_name(owner, which, import);
+                records.extend(bare_srv(entry, owner, &service, ttl));
             }
         }
         ServiceName::Pod(_, ips) => addresses(&mut ips.iter().copied()),
@@ -55,7 +56,7 @@ pub fn service_records(
         }
         ServiceName::Srv(port) if wants(rtype, RecordType::SRV) => {
             let number = port_number(import, *port);
-            let targets = srv_targets(entry);
+            let targets = srv_targets(entry, &service_name(owner, which, import));
             let weight = srv_weight(targets.len());
             records.extend(
                 targets
@@ -70,9 +71,9 @@ pub fn service_records(
 
 /// The SRV records on the bare service name: every named port, identical
 /// (target, port) pairs collapsed.
-fn bare_srv(entry: &ServiceEntry, owner: &Name, ttl: u32) -> Vec<Record> {
+fn bare_srv(entry: &ServiceEntry, owner: &Name, service: &Name, ttl: u32) -> Vec<Record> {
     let import = &entry.import;
-    let targets = srv_targets(entry);
+    let targets = srv_targets(entry, service);
     let mut numbers: Vec<u16> = Vec::new();
     for (i, port) in import.ports.iter().enumerate() {
         let number = port_number(import, i);
@@ -89,10 +90,25 @@ fn bare_srv(entry: &ServiceEntry, owner: &Name, ttl: u32) -> Vec<Record> {
         .collect()
 }
 
+/// `<svc>.<ns>.svc.<zone>`, lower case, of `owner`, a name `which` is
+/// (the labels left of the service name are cut off).
+fn service_name(owner: &Name, which: &ServiceName, import: &Import) -> Name {
+    let cluster_labels = |i: usize| import.clusters[i].cluster.split('.').count();
+    let below = match which {
+        ServiceName::Service => 0,
+        ServiceName::Protocol => 1,
+        ServiceName::Srv(_) => 2,
+        ServiceName::Cluster(i) => cluster_labels(*i),
+        ServiceName::Pod(i, _) => 1 + cluster_labels(*i),
+    };
+    let labels = usize::from(owner.num_labels()).saturating_sub(below);
+    owner.trim_to(labels).to_lowercase()
+}
+
 /// ClusterSetIP: the service name. Headless: each ready endpoint's per-pod name.
-fn srv_targets(entry: &ServiceEntry) -> Vec<Name> {
+fn srv_targets(entry: &ServiceEntry, service: &Name) -> Vec<Name> {
     match entry.import.type_ {
-        ImportType::ClusterSetIP => vec![entry.name.clone()],
+        ImportType::ClusterSetIP => vec![service.clone()],
         ImportType::Headless => {
             let mut seen = HashSet::new();
             local_endpoints(&entry.import)
@@ -100,7 +116,7 @@ fn srv_targets(entry: &ServiceEntry) -> Vec<Name> {
                     let host = host.map_or_else(|| dashed(&ip), str::to_owned);
                     let name = Name::from_ascii(format!("{host}.{cluster}"))
                         .ok()?
-                        .append_domain(&entry.name)
+                        .append_domain(service)
                         .ok()?;
                     seen.insert(name.clone()).then_some(name)
                 })
