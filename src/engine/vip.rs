@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use litemap::LiteMap;
 use thiserror::Error;
 
 use crate::model::{IpFamily, ServiceKey};
@@ -61,13 +60,42 @@ pub struct PoolExhausted {
 #[derive(Debug, Default)]
 pub struct VipAllocator {
     pools: VipPools,
-    held: HashMap<ServiceKey, LiteMap<IpFamily, IpAddr>, foldhash::fast::RandomState>,
+    held: HashMap<ServiceKey, ByFamily, foldhash::fast::RandomState>,
     owner: HashMap<IpAddr, ServiceKey, foldhash::fast::RandomState>,
     /// Pool addresses in use by some cluster, with a use count.
     in_use_by_clusters: HashMap<IpAddr, u32>,
     /// VIPs given out, by family (`IpFamily as usize`).
     counts: [usize; 2],
     dirty: bool,
+}
+
+/// A service's VIPs: at most one per family, kept inline.
+#[derive(Clone, Copy, Debug, Default)]
+struct ByFamily([Option<IpAddr>; 2]);
+
+impl ByFamily {
+    fn get(&self, family: IpFamily) -> Option<&IpAddr> {
+        self.0[family as usize].as_ref()
+    }
+
+    fn insert(&mut self, family: IpFamily, ip: IpAddr) {
+        self.0[family as usize] = Some(ip);
+    }
+
+    fn remove(&mut self, family: IpFamily) -> Option<IpAddr> {
+        self.0[family as usize].take()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+
+    /// The VIPs with their families, IPv4 first.
+    fn iter(&self) -> impl Iterator<Item = (IpFamily, IpAddr)> + '_ {
+        [IpFamily::IPv4, IpFamily::IPv6]
+            .into_iter()
+            .filter_map(|f| Some((f, self.0[f as usize]?)))
+    }
 }
 
 impl VipAllocator {
@@ -95,7 +123,7 @@ impl VipAllocator {
         for (key, ip) in saved {
             let family = IpFamily::of(&ip);
             let free = !self.owner.contains_key(&ip)
-                && !self.held.get(&key).is_some_and(|h| h.contains_key(&family));
+                && self.held.get(&key).is_none_or(|h| h.get(family).is_none());
             if self.pools.contains(&ip) && free {
                 self.take(key, family, ip);
             } else {
@@ -119,9 +147,9 @@ impl VipAllocator {
             .held
             .get(key)
             .map(|h| {
-                h.keys()
+                h.iter()
+                    .map(|(f, _)| f)
                     .filter(|f| !families.contains(f))
-                    .copied()
                     .collect()
             })
             .unwrap_or_default();
@@ -131,7 +159,7 @@ impl VipAllocator {
         families
             .iter()
             .map(
-                |&family| match self.held.get(key).and_then(|h| h.get(&family)) {
+                |&family| match self.held.get(key).and_then(|h| h.get(family)) {
                     Some(ip) => Ok(*ip),
                     None => {
                         let ip = self.find_free(key, family)?;
@@ -148,7 +176,7 @@ impl VipAllocator {
         let held = self.held.get(key);
         families
             .iter()
-            .filter_map(|f| held.and_then(|h| h.get(f)).copied())
+            .filter_map(|f| held.and_then(|h| h.get(*f)).copied())
             .collect()
     }
 
@@ -190,9 +218,9 @@ impl VipAllocator {
     /// Releases every VIP of `key`.
     pub fn release(&mut self, key: &ServiceKey) {
         if let Some(held) = self.held.remove(key) {
-            for (family, ip) in &held {
-                self.owner.remove(ip);
-                self.counts[*family as usize] -= 1;
+            for (family, ip) in held.iter() {
+                self.owner.remove(&ip);
+                self.counts[family as usize] -= 1;
             }
             self.dirty = true;
         }
@@ -231,7 +259,7 @@ impl VipAllocator {
         let mut all: Vec<_> = self
             .held
             .iter()
-            .flat_map(|(k, h)| h.values().map(move |ip| (k.clone(), *ip)))
+            .flat_map(|(k, h)| h.iter().map(move |(_, ip)| (k.clone(), ip)))
             .collect();
         all.sort();
         all
@@ -268,7 +296,7 @@ impl VipAllocator {
 
     fn release_family(&mut self, key: &ServiceKey, family: IpFamily) {
         if let Some(held) = self.held.get_mut(key)
-            && let Some(ip) = held.remove(&family)
+            && let Some(ip) = held.remove(family)
         {
             self.owner.remove(&ip);
             self.counts[family as usize] -= 1;
