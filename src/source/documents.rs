@@ -82,17 +82,17 @@ pub fn read_all(
     if let [(path, reusable)] = files {
         return vec![read(path, reusable, threads)];
     }
-    let per_thread = files.len().div_ceil(threads.max(1)).max(1);
+    on_threads(files, threads, |(path, reusable)| read(path, reusable, 1))
+}
+
+/// `f` of every item, in order, the items cut into one run per thread.
+fn on_threads<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let per_thread = items.len().div_ceil(threads.max(1)).max(1);
+    let f = &f;
     std::thread::scope(|scope| {
-        let workers: Vec<_> = files
+        let workers: Vec<_> = items
             .chunks(per_thread)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(|(path, reusable)| read(path, reusable, 1))
-                        .collect::<Vec<_>>()
-                })
-            })
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
             .collect();
         workers
             .into_iter()
@@ -132,21 +132,8 @@ pub fn read(path: &Path, reusable: &Reusable, threads: usize) -> Result<Vec<Read
         }
         parse_yaml(piece).map(|values| parsed(piece, values))
     };
-    let per_thread = pieces.len().div_ceil(threads.max(1)).max(1);
     let read: Result<Vec<ReadPiece>, String> = if threads > 1 && text.len() >= SPLIT_MIN {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = pieces
-                .chunks(per_thread)
-                .map(|part| scope.spawn(move || part.iter().map(parse).collect::<Vec<_>>()))
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| {
-                    w.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        })
+        on_threads(&pieces, threads, parse).into_iter().collect()
     } else {
         pieces.iter().map(parse).collect()
     };
