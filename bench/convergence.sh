@@ -7,7 +7,8 @@
 #   SIZES="10000:1000:34 100000:10000:34"   CLUSTERSETIP:HEADLESS:ENDPOINTS_PER_CLUSTER
 #   CLUSTERS=3  CHANGES=100  GAP=0.05 (seconds between changes)
 #   NAMESPACES=100  namespaces, i.e. files per cluster: the edited file holds
-#                   1/NAMESPACES of a cluster's services, and is re-read whole
+#                   1/NAMESPACES of a cluster's services; it is re-read, but
+#                   only its changed document is parsed again
 #   PORT=5394   START_TIMEOUT=300 (first answer)  CHANGE_TIMEOUT=30
 #   WORK=/tmp/clusterset-bench
 set -euo pipefail
