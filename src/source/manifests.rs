@@ -240,9 +240,7 @@ impl ManifestSource {
     /// objects it defined (and what won for them before) in `affected`.
     fn undefine(&mut self, path: &Path, affected: &mut Affected) -> Option<FileState> {
         for ident in self.files.get(path)?.objects.keys() {
-            if !affected.contains_key(ident) {
-                affected.insert(ident.clone(), self.winner(ident));
-            }
+            self.touch(ident, affected);
         }
         self.files.remove(path)
     }
@@ -942,16 +940,18 @@ mod tests {
             (info.clone(), def.document)
         };
         let (b_before, _) = object(&src, "b");
+        let rewrite = |src: &mut ManifestSource, text: String| {
+            fs::write(&path, text).unwrap();
+            summary(&src.rescan(&[path.clone()].into()))
+        };
 
         // One document edited and one added in front: only those are parsed
         // and converted; b is the very object read before, renumbered, and
         // the broken document's problem moves with it.
         let text = format!("{}---\n{}", svc("prod", "c", "10.0.0.3"), docs("10.0.0.9"));
-        fs::write(&path, text).unwrap();
-        let changes = src.rescan(&[path.clone()].into());
         assert_eq!(
-            summary(&changes),
-            vec!["U east prod/a Service", "U east prod/c Service"]
+            rewrite(&mut src, text),
+            ["U east prod/a Service", "U east prod/c Service"]
         );
         let (b_after, b_document) = object(&src, "b");
         assert!(Arc::ptr_eq(&b_before, &b_after));
@@ -963,11 +963,9 @@ mod tests {
         // An edited document that now defines b too wins over the unchanged
         // one, which becomes the duplicate.
         let text = format!("{}---\n{}", svc("prod", "b", "10.0.0.7"), docs("10.0.0.9"));
-        fs::write(&path, text).unwrap();
-        let changes = src.rescan(&[path.clone()].into());
         assert_eq!(
-            summary(&changes),
-            vec!["U east prod/b Service", "D east prod/c Service"]
+            rewrite(&mut src, text),
+            ["U east prod/b Service", "D east prod/c Service"]
         );
         assert_eq!(object(&src, "b").0.cluster_ips[0].to_string(), "10.0.0.7");
         let problems: Vec<String> = src.problems().iter().map(ToString::to_string).collect();
