@@ -322,23 +322,23 @@ fn union_ports<'a>(mut candidates: impl Iterator<Item = &'a Candidate<'a>>) -> A
     let Some(oldest) = candidates.next() else {
         return Arc::new([]);
     };
-    let mut ports = oldest.service.ports.to_vec();
-    for candidate in candidates {
+    let oldest = &oldest.service.ports;
+    // A copy only once another export adds a port (nearly always none does).
+    let mut added: Option<Vec<ServicePort>> = None;
+    for candidate in candidates.filter(|c| !Arc::ptr_eq(&c.service.ports, oldest)) {
         for port in candidate.service.ports.iter() {
-            let taken = ports.iter().any(|p| {
+            let taken = added.as_deref().unwrap_or(oldest).iter().any(|p| {
                 (p.name.is_some() && p.name == port.name)
                     || (p.protocol == port.protocol && p.port == port.port)
             });
             if !taken {
-                ports.push(port.clone());
+                added
+                    .get_or_insert_with(|| oldest.to_vec())
+                    .push(port.clone());
             }
         }
     }
-    if ports.len() == oldest.service.ports.len() {
-        oldest.service.ports.clone()
-    } else {
-        ports.into()
-    }
+    added.map_or_else(|| oldest.clone(), Into::into)
 }
 
 fn export_status(
