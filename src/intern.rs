@@ -37,16 +37,6 @@ impl<T: ?Sized + Eq + Hash> Interner<T> {
         shared
     }
 
-    /// How many distinct values are kept.
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    /// Whether no value is kept.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
     /// Forgets the values only this interner holds, once there could be as
     /// many of them as live ones (so the cost is amortized over insertions).
     fn prune(&mut self) {
@@ -73,7 +63,7 @@ mod tests {
         let a = strings.get("ns1", || Arc::from("ns1"));
         let b = strings.get("ns1", || unreachable!("ns1 is kept"));
         assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(strings.len(), 1);
+        assert_eq!(strings.values.len(), 1);
 
         // Fill past the prune threshold with values nobody keeps: they go,
         // the one still held stays.
@@ -81,7 +71,7 @@ mod tests {
             let s = format!("tmp{i}");
             strings.get(&s, || Arc::from(s.as_str()));
         }
-        assert!(strings.len() < 3000, "{} kept", strings.len());
+        assert!(strings.values.len() < 3000, "{} kept", strings.values.len());
         let c = strings.get("ns1", || unreachable!("ns1 is still held"));
         assert!(Arc::ptr_eq(&a, &c));
     }
