@@ -203,6 +203,14 @@ mod tests {
         Reusable::default()
     }
 
+    /// A file `f.yaml` holding `text`, in a directory kept while the guard lives.
+    fn file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.yaml");
+        fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
     fn values(pieces: &[ReadPiece]) -> Vec<Value> {
         pieces
             .iter()
@@ -233,9 +241,7 @@ mod tests {
             "---\n----\n"
         );
 
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("big.yaml");
-        fs::write(&path, &text).unwrap();
+        let (_dir, path) = file(&text);
         for threads in [1, 2] {
             let read = read(&path, &none(), threads).unwrap();
             assert_eq!(values(&read), whole);
@@ -258,9 +264,7 @@ mod tests {
 
     #[test]
     fn unchanged_pieces_are_not_parsed_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.yaml");
-        fs::write(&path, "a: 1\n---\nb: 2\n---\nc: 3\n").unwrap();
+        let (_dir, path) = file("a: 1\n---\nb: 2\n---\nc: 3\n");
         let first = read(&path, &none(), 1).unwrap();
         assert_eq!(first.len(), 3);
         let reusable: Reusable = first.iter().map(|p| p.piece.hash).collect();
@@ -278,9 +282,7 @@ mod tests {
 
     #[test]
     fn a_directive_falls_back_to_one_piece() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.yaml");
-        fs::write(&path, "%YAML 1.2\n---\na: 1\n---\nb: 2\n").unwrap();
+        let (_dir, path) = file("%YAML 1.2\n---\na: 1\n---\nb: 2\n");
         let read = read(&path, &none(), 1).unwrap();
         assert_eq!(read.len(), 1);
         assert_eq!(read[0].piece.documents, 2);
