@@ -27,7 +27,7 @@ fn main() -> ExitCode {
     // Freed memory goes back to the OS after 1 ms rather than 10: the first
     // load of a big clusterset frees nearly as much as it keeps, and with the
     // default delay much of it stays resident (bench/scale.sh, 110k services:
-    // ~410-480 MiB against ~395; 0 ms costs more CPU for no less memory).
+    // 406-472 MiB against 390-394; 0 ms costs more CPU for no less memory).
     // Set before any other thread exists: mimalloc options are not thread safe.
     // SAFETY: a plain option store, made while this is the only thread.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1) };
