@@ -25,7 +25,7 @@ use super::documents::{self, Pieces, ReadPiece, Reusable};
 use super::files::{Def, FileState, Files, Ident, Kind, Stamp};
 use crate::crd;
 use crate::intern::Interner;
-use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
+use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey, is_dns_label};
 
 /// Something wrong with the directory, a file or one document of a file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,16 +50,7 @@ impl fmt::Display for Problem {
 
 /// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
 pub fn is_valid_cluster_id(name: &str) -> bool {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    let labels: Vec<&str> = name.split('.').collect();
-    labels.len() <= 2 && labels.into_iter().all(label_ok)
+    name.split('.').count() <= 2 && name.split('.').all(is_dns_label)
 }
 
 /// Namespaces and names, shared by idents, keys and the engine.
