@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use walkdir::WalkDir;
 
 use super::convert;
-use super::documents::{self, Pieces, ReadPiece, Reusable};
+use super::documents::{self, FileError, Pieces, ReadPiece, Reusable};
 use super::files::{Def, FileState, Files, Ident, Kind, Stamp};
 use crate::crd;
 use crate::intern::Interner;
@@ -127,6 +127,8 @@ pub struct ManifestSource {
     strings: Strings,
     next_seq: u64,
     problems: Vec<Problem>,
+    /// The latest rescan could not read a folder or a file.
+    incomplete: bool,
     ignored_logged: HashSet<(PathBuf, String)>,
 }
 
@@ -139,6 +141,7 @@ impl ManifestSource {
             strings: Strings::default(),
             next_seq: 0,
             problems: Vec::new(),
+            incomplete: false,
             ignored_logged: HashSet::new(),
         }
     }
@@ -153,11 +156,19 @@ impl ManifestSource {
         self.problems.clone()
     }
 
+    /// Whether the latest rescan could not read a folder or a file (too many
+    /// open files, say): what it kept is the last good state, and a rescan
+    /// soon may read it.
+    pub fn incomplete(&self) -> bool {
+        self.incomplete
+    }
+
     /// Walks the directory, re-reads every file that is new, whose (len, mtime)
     /// changed or whose path is in `touched`, forgets files that are gone, and
     /// returns the Changes since the previous call (the first call returns everything).
     pub fn rescan(&mut self, touched: &HashSet<PathBuf>) -> Vec<Change> {
         let walk = self.walk();
+        self.incomplete = !walk.keep.is_empty();
         let mut affected = Affected::new();
         // Nothing was told before the first scan: every winner is new, and
         // noting each of the (many) objects as touched would only cost memory.
@@ -436,20 +447,27 @@ impl ManifestSource {
     fn read_file(
         &mut self,
         (path, cluster, stamp): &(PathBuf, ClusterId, Stamp),
-        pieces: Result<Vec<ReadPiece>, String>,
+        pieces: Result<Vec<ReadPiece>, FileError>,
         old: FileState,
         before: &Affected,
         now: i64,
     ) -> FileState {
         let pieces = match pieces {
             Ok(pieces) => pieces,
-            Err(reason) => {
+            Err(error) => {
+                // An unreadable file keeps its old stamp, so that the next
+                // rescan reads it again even if nothing about it changes.
+                self.incomplete |= error.unreadable;
                 return FileState {
-                    stamp: Some(*stamp),
+                    stamp: if error.unreadable {
+                        old.stamp
+                    } else {
+                        Some(*stamp)
+                    },
                     problems: vec![Problem {
                         file: path.to_path_buf(),
                         document: None,
-                        reason,
+                        reason: error.reason,
                     }],
                     ..old
                 };
