@@ -12,7 +12,7 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::manifests::{ManifestSource, Problem};
+use super::{ManifestSource, Problem};
 use crate::model::Change;
 
 /// Quiet time after the last event before rescanning.
