@@ -51,7 +51,7 @@ pub enum Command {
     /// Print the imports and export conditions, like `kubectl get` would, and exit.
     Status(StatusArgs),
     /// Validate a configuration (flags, `--config` file, manifest directory,
-    /// VIP state file; with `--source kubernetes`, the local and broker API
+    /// VIP state file, TLS certificate and key; with `--source kubernetes`, the local and broker API
     /// servers) without serving: exit 0 when `serve` would start cleanly,
     /// non-zero with the problems otherwise.
     Check(ServeArgs),
