@@ -222,15 +222,22 @@ async fn kdig(args: &[String]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// kdig's output without what differs between two exchanges of the same
-/// question: the message id, the TLS session, the time and the transport.
+/// kdig's output without what differs between a TLS and a TCP exchange of
+/// the same question: the message id, the TLS session, the padding and so
+/// the size, the time and the transport.
 fn comparable(output: &str) -> String {
     output
         .lines()
         .filter(|l| {
-            !l.starts_with(";; TLS session")
-                && !l.starts_with(";; Time ")
-                && !l.starts_with(";; From ")
+            ![
+                ";; TLS session",
+                ";; PADDING: ",
+                ";; Received ",
+                ";; Time ",
+                ";; From ",
+            ]
+            .iter()
+            .any(|prefix| l.starts_with(prefix))
         })
         .map(|l| l.split("; id: ").next().unwrap_or(l))
         .collect::<Vec<_>>()
@@ -238,8 +245,10 @@ fn comparable(output: &str) -> String {
 }
 
 /// RFC 7858 §3.3: DNS over TLS carries the same messages as DNS over TCP, so
-/// `kdig +tls` (certificate and name verified) gets exactly what `kdig +tcp` gets,
-/// for an address, NODATA, SRV and NXDOMAIN; handshakes are counted.
+/// `kdig +tls` (certificate and name verified) gets what `kdig +tcp` gets, for
+/// an address, NODATA, SRV and NXDOMAIN, padded (kdig pads its queries over
+/// TLS; RFC 7830 §4 makes padding the response a MUST; TCP does not pad);
+/// handshakes are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kdig_over_tls_gets_what_tcp_gets() {
     let mut pki = Pki::new();
@@ -273,17 +282,31 @@ async fn kdig_over_tls_gets_what_tcp_gets() {
             "{name} {rtype} over TLS: {over_tls}"
         );
         assert!(over_tls.contains(expected), "{name} {rtype}: {over_tls}");
+        let size: usize = over_tls
+            .split(";; Received ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next()?.parse().ok())
+            .expect("kdig prints the response size");
+        assert_eq!(
+            size % 468,
+            0,
+            "RFC 8467 §4.1: padded to 468-byte blocks: {over_tls}"
+        );
         let over_tcp = kdig(&[
             format!("@{}", tcp.ip()),
             "-p".into(),
             tcp.port().to_string(),
             "+tcp".into(),
-            // kdig pads queries over TLS (RFC 8467); pad this one alike.
+            // kdig pads queries over TLS (RFC 8467); ask alike.
             "+padding".into(),
             name.clone(),
             (*rtype).into(),
         ])
         .await;
+        assert!(
+            !over_tcp.contains("PADDING"),
+            "padding hides nothing in clear text: TCP does not pad"
+        );
         assert_eq!(
             comparable(&over_tls),
             comparable(&over_tcp),

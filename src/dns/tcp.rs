@@ -41,6 +41,7 @@ pub async fn serve(
             index.clone(),
             recorder.clone(),
             shutdown.clone(),
+            false,
         )
     })
     .await;
@@ -77,14 +78,15 @@ pub(super) async fn accept<T>(
     while connections.join_next().await.is_some() {}
 }
 
-/// Answers the queries of one connection, plain or TLS, until it is idle for
-/// [`IDLE`], closed, or `shutdown`.
+/// Answers the queries of one connection, plain or TLS (`encrypted`: the
+/// responses may be padded), until it is idle for [`IDLE`], closed, or `shutdown`.
 pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     peer: SocketAddr,
     index: Arc<Index>,
     recorder: SharedRecorder,
     shutdown: CancellationToken,
+    encrypted: bool,
 ) {
     let mut framed = Framed::new(
         stream,
@@ -106,8 +108,8 @@ pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
         };
         let started = Instant::now();
         let (bytes, outcome) = match handle(&index, &request, peer) {
-            Handled::Answered(request, response) => {
-                match response.encode(&request.queries, true, u16::MAX) {
+            Handled::Answered(request, mut response) => {
+                match response.encode_stream(&request, encrypted) {
                     Ok(bytes) => (bytes, response.outcome(&request)),
                     Err(error) => return warn!(%error, %peer, "cannot encode a TCP response"),
                 }

@@ -67,7 +67,7 @@ impl TlsListener {
                 if let Some(stream) =
                     handshake(&acceptor, stream, peer, &metrics.tls, &shutdown).await
                 {
-                    tcp::connection(stream, peer, index, recorder, shutdown).await;
+                    tcp::connection(stream, peer, index, recorder, shutdown, true).await;
                 }
             }
         });
