@@ -409,7 +409,8 @@ async fn ask(stream: &mut TlsStream<TcpStream>, name: &str, rtype: RecordType) -
 /// A certificate replaced on disk (new serial and subject, swapped in like a
 /// Secret volume) is presented to new connections without a restart, while
 /// connections already open keep answering; files that are not a certificate
-/// then are rejected, counted, and the last good certificate keeps serving.
+/// then are rejected, counted, and the last good certificate keeps serving;
+/// a shutdown closes the TLS connections still open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_certificate_is_served_without_restart() {
     let mut pki = Pki::new();
@@ -462,6 +463,14 @@ async fn a_rotated_certificate_is_served_without_restart() {
     );
     let answer = ask(&mut stream, &svc("api.shop"), RecordType::A).await;
     assert_eq!(answer.metadata.response_code, ResponseCode::NoError);
+    // Shutdown closes idle TLS connections rather than waiting for them.
+    server.shutdown().await;
+    let mut byte = [0u8; 1];
+    let read = timeout(REPLY_TIMEOUT, stream.read(&mut byte)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "the connection is closed: {read:?}"
+    );
 }
 
 /// unbound running as it would be run, on a free port, killed on drop.
