@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
 use clusterset_dns::config_file::{self, Invocation};
-use clusterset_dns::{crd, kubernetes, serve, status};
+use clusterset_dns::{crd, dns, kubernetes, serve, status};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
@@ -63,10 +63,13 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
         Some(Command::Serve(args)) => serve::serve(args).await?,
         Some(Command::Status(args)) => print!("{}", status::render(&args)?),
         Some(Command::Check(args)) => {
-            let report = match args.kubernetes.source {
+            let mut report = match args.kubernetes.source {
                 SourceKind::Manifests => config_file::check(&args),
                 SourceKind::Kubernetes => kubernetes::check(&args.kubernetes).await,
             };
+            if let Err(error) = dns::check_tls(&args.tls) {
+                report.problems.push(format!("{error:#}"));
+            }
             print!("{}", report.summary);
             if !report.problems.is_empty() {
                 eprintln!("error: {} problem(s):", report.problems.len());

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -18,8 +19,11 @@ use super::response::{Handled, handle};
 use crate::index::Index;
 use crate::metrics::DnsRecorder;
 
-/// Idle time after which a connection is closed.
-const IDLE: Duration = Duration::from_secs(10);
+/// A protocol's metrics, shared by its connections.
+pub(super) type SharedRecorder = Arc<Mutex<DnsRecorder>>;
+
+/// Idle time after which a connection is closed (also the bound of a TLS handshake).
+pub(super) const IDLE: Duration = Duration::from_secs(10);
 
 /// Accepts connections until `shutdown`, then waits for open connections to
 /// finish their current query.
@@ -30,13 +34,36 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let recorder = Arc::new(Mutex::new(recorder));
+    accept(listener, shutdown.clone(), move |stream, peer| {
+        connection(
+            stream,
+            peer,
+            index.clone(),
+            recorder.clone(),
+            shutdown.clone(),
+            false,
+        )
+    })
+    .await;
+}
+
+/// The accept loop of DNS over TCP and over TLS (RFC 7858 §3.3: same
+/// framing): `open` makes the task that serves one accepted stream (for TLS,
+/// the handshake first, then [`connection`]). On `shutdown` it stops
+/// accepting and waits for those tasks.
+pub(super) async fn accept<T>(
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    mut open: impl FnMut(TcpStream, SocketAddr) -> T,
+) where
+    T: Future<Output = ()> + Send + 'static,
+{
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let task = connection(stream, peer, index.clone(), recorder.clone(), shutdown.clone());
-                    connections.spawn(task);
+                    connections.spawn(open(stream, peer));
                 }
                 Err(error) => {
                     warn!(%error, "TCP accept failed");
@@ -51,12 +78,15 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
-async fn connection(
-    stream: TcpStream,
+/// Answers the queries of one connection, plain or TLS (`encrypted`: the
+/// responses may be padded), until it is idle for [`IDLE`], closed, or `shutdown`.
+pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
     peer: SocketAddr,
     index: Arc<Index>,
-    recorder: Arc<Mutex<DnsRecorder>>,
+    recorder: SharedRecorder,
     shutdown: CancellationToken,
+    encrypted: bool,
 ) {
     let mut framed = Framed::new(
         stream,
@@ -78,8 +108,8 @@ async fn connection(
         };
         let started = Instant::now();
         let (bytes, outcome) = match handle(&index, &request, peer) {
-            Handled::Answered(request, response) => {
-                match response.encode(&request.queries, true, u16::MAX) {
+            Handled::Answered(request, mut response) => {
+                match response.encode_stream(&request, encrypted) {
                     Ok(bytes) => (bytes, response.outcome(&request)),
                     Err(error) => return warn!(%error, %peer, "cannot encode a TCP response"),
                 }
