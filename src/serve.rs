@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
-use crate::dns::DnsServer;
+use crate::dns::{DnsServer, TransferPolicy, notify};
 use crate::engine::Engine;
 use crate::http::{self, Health};
 use crate::index::Index;
@@ -183,18 +183,22 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         }
         SourceKind::Kubernetes => Some(kubernetes::connect(&args.kubernetes).await?),
     };
-    let index = Arc::new(Index::new(
-        args.zone.clone(),
-        args.ttl,
-        args.cluster_targeting,
-        unix_serial(),
-    ));
+    let index = Arc::new(
+        Index::new(
+            args.zone.clone(),
+            args.ttl,
+            args.cluster_targeting,
+            crate::index::serial::now(),
+        )
+        .with_reverse_zones(args.reverse_zones()),
+    );
     let metrics = Arc::new(Metrics::new());
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
         index.clone(),
         metrics.clone(),
+        TransferPolicy::new(args.transfer_allow.clone(), metrics.clone()),
     )
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -211,6 +215,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         metrics,
     };
     let shutdown = dns.shutdown_token();
+    let notifier = notify::run(
+        index.clone(),
+        args.notify.clone(),
+        outputs.metrics.clone(),
+        shutdown.clone(),
+    );
     let mut reconcile: Task = match connection {
         None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
         Some(connection) => Box::pin(kubernetes::follow(
@@ -236,6 +246,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 dns.await
             }
             failed = operations => failed,
+            never = notifier => match never {},
         }
     });
     Ok(Running {
@@ -314,13 +325,4 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     running.shutdown(SHUTDOWN_GRACE).await?;
     info!("stopped");
     Ok(())
-}
-
-/// A SOA serial that grows across restarts: seconds since the epoch.
-fn unix_serial() -> u32 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    u32::try_from(secs).unwrap_or(u32::MAX)
 }

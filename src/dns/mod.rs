@@ -2,14 +2,17 @@
 //! UDP and TCP. Knows DNS, knows nothing of Kubernetes.
 
 mod answer;
+pub mod notify;
 mod response;
 mod server;
 mod tcp;
+mod transfer;
 mod udp;
 
 pub use answer::{Answer, answer};
 pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
 pub use server::DnsServer;
+pub use transfer::TransferPolicy;
 pub use udp::respond as respond_udp;
 
 use hickory_proto::rr::RecordType;

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::response::{Handled, handle};
+use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
 use crate::metrics::DnsRecorder;
 
@@ -27,6 +28,7 @@ pub async fn serve(
     listener: TcpListener,
     index: Arc<Index>,
     recorder: DnsRecorder,
+    transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
 ) {
     let recorder = Arc::new(Mutex::new(recorder));
@@ -35,7 +37,7 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let task = connection(stream, peer, index.clone(), recorder.clone(), shutdown.clone());
+                    let task = connection(stream, peer, index.clone(), recorder.clone(), transfers.clone(), shutdown.clone());
                     connections.spawn(task);
                 }
                 Err(error) => {
@@ -56,6 +58,7 @@ async fn connection(
     peer: SocketAddr,
     index: Arc<Index>,
     recorder: Arc<Mutex<DnsRecorder>>,
+    transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
 ) {
     let mut framed = Framed::new(
@@ -76,6 +79,14 @@ async fn connection(
             Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
             Ok(None) | Err(_) => return,
         };
+        if let Some(messages) = transfer::respond(&index, &transfers, &request, peer) {
+            for message in messages {
+                if let Err(error) = framed.send(Bytes::from(message)).await {
+                    return debug!(%error, %peer, "TCP write failed");
+                }
+            }
+            continue;
+        }
         let started = Instant::now();
         let (bytes, outcome) = match handle(&index, &request, peer) {
             Handled::Answered(request, response) => {
