@@ -157,7 +157,7 @@ pub struct ServeArgs {
           default_value_t = false, default_missing_value = "true", value_name = "BOOL")]
     pub cluster_targeting: bool,
     /// Allow zone transfers (AXFR, IXFR over TCP) from this network;
-    /// repeatable, others get REFUSED [default: loopback only].
+    /// repeatable; others get REFUSED.
     #[arg(long, action = ArgAction::Append, value_delimiter = ',',
           default_values = ["127.0.0.0/8", "::1/128"], value_name = "CIDR",
           help_heading = "Zone transfer")]
