@@ -510,3 +510,104 @@ async fn knot_secondary_mirrors_the_zones_and_follows_notify() {
             >= 1.0
     );
 }
+
+/// RFC 5936 §2.2: a zone larger than one 64 KiB message comes in several,
+/// which `dig` (a real client) reads as one transfer of every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_zone_spans_several_messages() {
+    let cs = Clusterset::new();
+    let services: Vec<Doc> = (0..1000)
+        .flat_map(|i| {
+            let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
+            cluster_ip("shop", &format!("service-{i}"), &[&ip]).exported()
+        })
+        .collect();
+    cs.write("east", "many.yaml", &services);
+    let server = start(cs.dir(), &[]).await;
+    let ours = transfer(server.addr, ZONE, None).await;
+    let records = checked_axfr(&ours, ZONE);
+    assert!(ours.messages.len() > 1, "{} messages", ours.messages.len());
+    // A, bare SRV and _http._tcp SRV per service; apex NS, dns-version TXT, two SOAs.
+    assert_eq!(records.len(), 3 * 1000 + 4);
+    let output = Command::new("dig")
+        .args(["+tcp", "+time=5", "+tries=1", "AXFR", ZONE])
+        .arg(format!("@{}", server.addr.ip()))
+        .args(["-p", &server.addr.port().to_string()])
+        .output()
+        .expect("dig runs");
+    let output = String::from_utf8_lossy(&output.stdout);
+    let size = format!(
+        "XFR size: {} records (messages {},",
+        records.len(),
+        ours.messages.len()
+    );
+    assert!(
+        output.contains(&size),
+        "{size} in {}",
+        output.lines().last().unwrap_or_default()
+    );
+}
+
+/// RFC 1996 §3.6 and §4.7: a NOTIFY is resent with backoff until a response
+/// with its id, opcode and zone comes; garbage and unmatched responses are
+/// ignored (and counted); once acknowledged, nothing more is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_is_retried_until_a_matching_response() {
+    let secondary = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let cs = shop();
+    let target = secondary.local_addr().unwrap().to_string();
+    let server = start(cs.dir(), &["--notify", &target]).await;
+    let receive = async || {
+        let mut buffer = [0u8; 4096];
+        let (len, from) =
+            tokio::time::timeout(Duration::from_secs(5), secondary.recv_from(&mut buffer))
+                .await
+                .expect("a NOTIFY within 5 s")
+                .unwrap();
+        (
+            Message::from_vec(&buffer[..len]).expect("a NOTIFY decodes"),
+            from,
+        )
+    };
+    let (first, _) = receive().await;
+    assert_eq!(first.metadata.op_code, hickory_proto::op::OpCode::Notify);
+    assert!(first.metadata.authoritative, "AA set (RFC 1996 §3.7)");
+    assert_eq!(first.queries[0].name().to_string(), ZONE);
+    assert_eq!(first.queries[0].query_type(), SOA);
+    let primary_serial = serial_of(&query(server.addr, ZONE, SOA).await.answers[0]);
+    assert_eq!(
+        serial_of(&first.answers[0]),
+        primary_serial,
+        "the current SOA in the answer"
+    );
+
+    // Unanswered: resent about a second later, with a new id.
+    let started = Instant::now();
+    let (second, from) = receive().await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "resent after a wait"
+    );
+    assert_ne!(second.metadata.id, first.metadata.id);
+    let reply = |of: &Message| {
+        let mut reply = of.clone();
+        reply.metadata.message_type = hickory_proto::op::MessageType::Response;
+        reply.to_vec().unwrap()
+    };
+    secondary.send_to(&[0xde, 0xad, 0xbe], from).await.unwrap();
+    secondary.send_to(&reply(&first), from).await.unwrap();
+    secondary.send_to(&reply(&second), from).await.unwrap();
+    let metrics = server.running().metrics_addr.unwrap();
+    let series = |result: &str| format!("clusterset_dns_notifies_total{{result=\"{result}\"}}");
+    let acknowledged = series("acknowledged");
+    eventually("acknowledged", 1.0, || scrape(metrics, &acknowledged)).await;
+    assert_eq!(scrape(metrics, &series("malformed")).await, 2.0);
+    assert_eq!(scrape(metrics, &series("sent")).await, 2.0);
+    let mut buffer = [0u8; 512];
+    let quiet = tokio::time::timeout(
+        Duration::from_millis(2500),
+        secondary.recv_from(&mut buffer),
+    )
+    .await;
+    assert!(quiet.is_err(), "no NOTIFY after the acknowledgement");
+}

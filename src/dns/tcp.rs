@@ -79,7 +79,7 @@ async fn connection(
             Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
             Ok(None) | Err(_) => return,
         };
-        if let Some(messages) = transfer::respond(&index, &transfers, &request, peer) {
+        if let Some(messages) = transfer::respond(&index, &transfers, &request, peer).await {
             for message in messages {
                 if let Err(error) = framed.send(Bytes::from(message)).await {
                     return debug!(%error, %peer, "TCP write failed");

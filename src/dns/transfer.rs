@@ -52,16 +52,29 @@ fn is_transfer(packet: &[u8]) -> bool {
 }
 
 /// The messages answering `packet` from `peer` if it asks for a zone
-/// transfer and decodes; None otherwise (answered as any other query).
-pub fn respond(
-    index: &Index,
-    policy: &TransferPolicy,
+/// transfer and decodes; None otherwise (answered as any other query). The
+/// zone is built on the blocking pool: a large one takes a while.
+pub async fn respond(
+    index: &Arc<Index>,
+    policy: &Arc<TransferPolicy>,
     packet: &[u8],
     peer: SocketAddr,
 ) -> Option<Vec<Vec<u8>>> {
     if !is_transfer(packet) {
         return None;
     }
+    let (index, policy, packet) = (index.clone(), policy.clone(), packet.to_vec());
+    let build = move || messages(&index, &policy, &packet, peer);
+    tokio::task::spawn_blocking(build).await.ok().flatten()
+}
+
+/// The messages answering the transfer request `packet` from `peer`.
+fn messages(
+    index: &Index,
+    policy: &TransferPolicy,
+    packet: &[u8],
+    peer: SocketAddr,
+) -> Option<Vec<Vec<u8>>> {
     let request = Message::from_vec(packet).ok()?;
     let query = request.queries.first()?;
     let kind = query.query_type();
