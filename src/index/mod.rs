@@ -201,11 +201,6 @@ impl Index {
         }
     }
 
-    /// The current SOA serial.
-    pub fn serial(&self) -> u32 {
-        self.serial.load(Ordering::Relaxed)
-    }
-
     /// Tells of every new serial (each commit), for NOTIFY.
     pub fn serial_changes(&self) -> watch::Receiver<u32> {
         self.serials.subscribe()

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use hickory_proto::rr::{LowerName, Name, Record, RecordType};
 
 use super::records::{local_endpoints, pod_name};
-use super::{Index, Lookup, ServiceEntry, ns_name, records_name, serial};
+use super::{Index, Lookup, ServiceEntry, child, ns_name, records_name};
 
 /// The record types a name of the zone can hold besides the apex SOA.
 const TYPES: [RecordType; 6] = [
@@ -36,36 +36,27 @@ impl Index {
         if reverse.is_none() && *apex != self.apex {
             return None;
         }
-        let mut records = Vec::new();
-        for _ in 0..ATTEMPTS {
-            let soa = self.soa_at(&Name::from(apex));
-            records = vec![soa.clone()];
+        let apex = Name::from(apex);
+        let mut attempts = 0;
+        loop {
+            let soa = self.soa_at(&apex);
+            let mut records = vec![soa.clone()];
+            records.extend(self.answered(&apex));
             match reverse {
                 None => records.extend(self.main_records()),
-                Some(zone) => {
-                    let apex_owner = self.lookup(apex);
-                    if let Lookup::Found(owner) = apex_owner {
-                        records.extend(self.records(&owner, &Name::from(apex), RecordType::NS));
-                    }
-                    records.extend(self.reverse_zone_records(zone));
-                }
+                Some(zone) => records.extend(self.reverse_zone_records(zone)),
             }
             records.push(soa.clone());
-            let now = self.soa_at(&Name::from(apex));
-            if !serial::greater(serial_of(&now), serial_of(&soa)) {
-                break;
+            attempts += 1;
+            if self.soa_at(&apex) == soa || attempts == ATTEMPTS {
+                return Some(records);
             }
         }
-        Some(records)
     }
 
-    /// The records of this zone between the SOAs.
+    /// The records of this zone below the apex.
     fn main_records(&self) -> Vec<Record> {
-        let fixed = [
-            self.zone.clone(),
-            self.child_name("dns-version"),
-            ns_name(&self.zone),
-        ];
+        let fixed = [child(&self.zone, "dns-version"), ns_name(&self.zone)];
         let services: Vec<Name> = self
             .services
             .iter()
@@ -117,16 +108,5 @@ impl Index {
         let mut names = vec![service.clone()];
         names.extend(srv.chain(pods).chain(clusters).map(|n| n.to_lowercase()));
         names
-    }
-
-    fn child_name(&self, labels: &str) -> Name {
-        records_name(&self.zone, labels).expect("fixed labels are valid DNS")
-    }
-}
-
-fn serial_of(soa: &Record) -> u32 {
-    match &soa.data {
-        hickory_proto::rr::RData::SOA(soa) => soa.serial,
-        _ => 0,
     }
 }
