@@ -5,7 +5,7 @@
 
 mod names;
 mod records;
-pub mod reverse;
+mod reverse;
 pub mod serial;
 mod zone;
 
