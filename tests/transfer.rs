@@ -611,3 +611,26 @@ async fn notify_is_retried_until_a_matching_response() {
     .await;
     assert!(quiet.is_err(), "no NOTIFY after the acknowledgement");
 }
+
+/// The SOA serial follows the clock (RFC 1982 order): a restarted server
+/// never serves a serial older than the one before, so secondaries keep
+/// transferring from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serial_does_not_go_back_across_a_restart() {
+    let cs = shop();
+    let first = start(cs.dir(), &[]).await;
+    let before = serial_of(&query(first.addr, ZONE, SOA).await.answers[0]);
+    first.shutdown().await;
+    let second = start(cs.dir(), &[]).await;
+    let after = serial_of(&query(second.addr, ZONE, SOA).await.answers[0]);
+    let back = before != after && after.wrapping_sub(before) >= 1 << 31;
+    assert!(!back, "serial {before} then {after} after a restart");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        u64::from(after).abs_diff(now) <= 5,
+        "the serial is the clock: {after} vs {now}"
+    );
+}
