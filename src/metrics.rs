@@ -53,6 +53,8 @@ pub struct Metrics {
     watch_errors: IntCounterVec,
     api_writes: IntCounterVec,
     leader: IntGauge,
+    transfers: IntCounterVec,
+    notifies: IntCounterVec,
 }
 
 /// Requests, responses and durations of DNS queries.
@@ -219,8 +221,38 @@ impl Metrics {
                     "1 while this replica holds the leader Lease (and writes), else 0.",
                 )),
             ),
+            transfers: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "zone_transfers_total",
+                        "Zone transfer requests by type (AXFR, IXFR) and result (full, current: the SOA alone, refused: address not allowed, notauth: not a zone apex, servfail: not loaded yet).",
+                    ),
+                    &["type", "result"],
+                ),
+            ),
+            notifies: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "notifies_total",
+                        "NOTIFY messages to secondaries by result (sent, acknowledged, rejected: answered with an error code, malformed: a response that did not decode or match).",
+                    ),
+                    &["result"],
+                ),
+            ),
             registry,
         }
+    }
+
+    /// Counts a zone transfer request.
+    pub fn zone_transfer(&self, kind: &str, result: &str) {
+        self.transfers.with_label_values(&[kind, result]).inc();
+    }
+
+    /// Counts a NOTIFY event.
+    pub fn notify(&self, result: &str) {
+        self.notifies.with_label_values(&[result]).inc();
     }
 
     /// Records one reconcile and refreshes the clusterset gauges from the engine.

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
-use crate::dns::{DnsServer, TlsListener};
+use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
 use crate::engine::Engine;
 use crate::http::{self, Health};
 use crate::index::Index;
@@ -185,12 +185,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         }
         SourceKind::Kubernetes => Some(kubernetes::connect(&args.kubernetes).await?),
     };
-    let index = Arc::new(Index::new(
-        args.zone.clone(),
-        args.ttl,
-        args.cluster_targeting,
-        unix_serial(),
-    ));
+    let index = Arc::new(
+        Index::new(
+            args.zone.clone(),
+            args.ttl,
+            args.cluster_targeting,
+            crate::index::serial::now(),
+        )
+        .with_reverse_zones(args.reverse_zones()),
+    );
     let metrics = Arc::new(Metrics::new());
     let tls = TlsListener::bind(&args.tls).await?;
     let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
@@ -199,6 +202,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         args.udp_workers,
         index.clone(),
         metrics.clone(),
+        TransferPolicy::new(args.transfer_allow.clone(), metrics.clone()),
     )
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -219,6 +223,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         index: index.clone(),
         metrics,
     };
+    let notifier = notify::run(
+        index.clone(),
+        args.notify.clone(),
+        outputs.metrics.clone(),
+        shutdown.clone(),
+    );
     let mut reconcile: Task = match connection {
         None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
         Some(connection) => Box::pin(kubernetes::follow(
@@ -251,6 +261,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 dns.await
             }
             failed = operations => failed,
+            never = notifier => match never {},
         }
     });
     Ok(Running {
@@ -330,13 +341,4 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     running.shutdown(SHUTDOWN_GRACE).await?;
     info!("stopped");
     Ok(())
-}
-
-/// A SOA serial that grows across restarts: seconds since the epoch.
-fn unix_serial() -> u32 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    u32::try_from(secs).unwrap_or(u32::MAX)
 }

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::tcp;
+use super::transfer::TransferPolicy;
 use super::udp::UdpWorkers;
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -22,6 +23,7 @@ pub struct DnsServer {
     tcp: TcpListener,
     index: Arc<Index>,
     metrics: Arc<Metrics>,
+    transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
     local: SocketAddr,
 }
@@ -29,11 +31,13 @@ pub struct DnsServer {
 impl DnsServer {
     /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
     /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
+    /// Zone transfers (TCP only) follow `transfers`.
     pub async fn bind(
         listen: SocketAddr,
         udp_workers: usize,
         index: Arc<Index>,
         metrics: Arc<Metrics>,
+        transfers: TransferPolicy,
     ) -> std::io::Result<Self> {
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
@@ -42,6 +46,7 @@ impl DnsServer {
             tcp: TcpListener::from_std(tcp)?,
             index,
             metrics,
+            transfers: Arc::new(transfers),
             shutdown: CancellationToken::new(),
             local,
         })
@@ -61,7 +66,14 @@ impl DnsServer {
     /// Serves TCP (UDP runs on its own threads) until shut down.
     pub async fn run(self) -> anyhow::Result<()> {
         let recorder = self.metrics.dns.recorder("tcp");
-        tcp::serve(self.tcp, self.index, recorder, self.shutdown).await;
+        tcp::serve(
+            self.tcp,
+            self.index,
+            recorder,
+            self.transfers,
+            self.shutdown,
+        )
+        .await;
         drop(self.udp);
         Ok(())
     }

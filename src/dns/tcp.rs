@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::response::{Handled, handle};
+use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
 use crate::metrics::DnsRecorder;
 
@@ -31,6 +32,7 @@ pub async fn serve(
     listener: TcpListener,
     index: Arc<Index>,
     recorder: DnsRecorder,
+    transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
 ) {
     let recorder = Arc::new(Mutex::new(recorder));
@@ -40,6 +42,7 @@ pub async fn serve(
             peer,
             index.clone(),
             recorder.clone(),
+            Some(transfers.clone()),
             shutdown.clone(),
             false,
         )
@@ -85,6 +88,7 @@ pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     peer: SocketAddr,
     index: Arc<Index>,
     recorder: SharedRecorder,
+    transfers: Option<Arc<TransferPolicy>>,
     shutdown: CancellationToken,
     encrypted: bool,
 ) {
@@ -106,6 +110,18 @@ pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
             Ok(None) | Err(_) => return,
         };
+        let transfer = match &transfers {
+            Some(policy) => transfer::respond(&index, policy, &request, peer).await,
+            None => None,
+        };
+        if let Some(messages) = transfer {
+            for message in messages {
+                if let Err(error) = framed.send(Bytes::from(message)).await {
+                    return debug!(%error, %peer, "TCP write failed");
+                }
+            }
+            continue;
+        }
         let started = Instant::now();
         let (bytes, outcome) = match handle(&index, &request, peer) {
             Handled::Answered(request, mut response) => {

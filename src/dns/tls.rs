@@ -67,7 +67,8 @@ impl TlsListener {
                 if let Some(stream) =
                     handshake(&acceptor, stream, peer, &metrics.tls, &shutdown).await
                 {
-                    tcp::connection(stream, peer, index, recorder, shutdown, true).await;
+                    // Zone transfers go over plain TCP only.
+                    tcp::connection(stream, peer, index, recorder, None, shutdown, true).await;
                 }
             }
         });

@@ -19,6 +19,8 @@ pub enum Owner {
     Empty,
     /// A name under one service.
     Service(Arc<ServiceEntry>, ServiceName),
+    /// A name in a reverse zone.
+    Reverse(super::ReverseOwner),
 }
 
 /// A name under one service.

@@ -113,11 +113,7 @@ fn srv_targets(entry: &ServiceEntry, service: &Name) -> Vec<Name> {
             let mut seen = HashSet::new();
             local_endpoints(&entry.import)
                 .filter_map(|(cluster, ip, host)| {
-                    let host = host.map_or_else(|| dashed(&ip), str::to_owned);
-                    let name = Name::from_ascii(format!("{host}.{cluster}"))
-                        .ok()?
-                        .append_domain(service)
-                        .ok()?;
+                    let name = pod_name(service, cluster, ip, host)?;
                     seen.insert(name.clone()).then_some(name)
                 })
                 .collect()
@@ -125,8 +121,25 @@ fn srv_targets(entry: &ServiceEntry, service: &Name) -> Vec<Name> {
     }
 }
 
+/// `<host>.<cluster>.<service>`: the per-pod name of an endpoint of
+/// `service` (its hostname, else its dashed address); None if not valid DNS.
+pub(super) fn pod_name(
+    service: &Name,
+    cluster: &str,
+    ip: IpAddr,
+    host: Option<&str>,
+) -> Option<Name> {
+    let host = host.map_or_else(|| dashed(&ip), str::to_owned);
+    Name::from_ascii(format!("{host}.{cluster}"))
+        .ok()?
+        .append_domain(service)
+        .ok()
+}
+
 /// (cluster, address, hostname) of every ready endpoint in the local families.
-fn local_endpoints(import: &Import) -> impl Iterator<Item = (&str, IpAddr, Option<&str>)> {
+pub(super) fn local_endpoints(
+    import: &Import,
+) -> impl Iterator<Item = (&str, IpAddr, Option<&str>)> {
     import.clusters.iter().flat_map(move |c| {
         c.endpoints
             .iter()
