@@ -5,7 +5,9 @@
 //! when it last saw a change (see [`Observed`]: remote clocks may be skewed).
 //! Verdicts reach the engine as [`Change::Live`]. A cluster without a
 //! heartbeat (never seen, or running a version that writes none) is live;
-//! nothing of a dead cluster is deleted from the broker.
+//! nothing of a dead cluster is deleted from the broker. A replica declares
+//! deaths only while it sees its own cluster's heartbeat change: when it
+//! cannot see the broker, every heartbeat looks stale, and the fault is its own.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -95,6 +97,7 @@ pub struct Liveness {
     me: ClusterId,
     timeout: Duration,
     seen: HashMap<ClusterId, Observed<Option<LeaseSpec>>>,
+    mine: Option<Observed<Option<LeaseSpec>>>,
     dead: BTreeSet<ClusterId>,
     relisted: Option<HashSet<ClusterId>>,
 }
@@ -106,6 +109,7 @@ impl Liveness {
             me,
             timeout,
             seen: HashMap::new(),
+            mine: None,
             dead: BTreeSet::new(),
             relisted: None,
         }
@@ -118,6 +122,13 @@ impl Liveness {
                 let Some(cluster) = self.cluster_of(lease) else {
                     return;
                 };
+                if cluster == self.me {
+                    match &mut self.mine {
+                        Some(mine) => mine.update(lease.spec.clone(), now),
+                        None => self.mine = Some(Observed::new(lease.spec.clone(), now)),
+                    }
+                    return;
+                }
                 if let Some(relisted) = &mut self.relisted {
                     relisted.insert(cluster.clone());
                 }
@@ -129,11 +140,13 @@ impl Liveness {
                     }
                 }
             }
-            Event::Delete(lease) => {
-                if let Some(cluster) = self.cluster_of(lease) {
+            Event::Delete(lease) => match self.cluster_of(lease) {
+                Some(cluster) if cluster == self.me => self.mine = None,
+                Some(cluster) => {
                     self.seen.remove(&cluster);
                 }
-            }
+                None => {}
+            },
             Event::Init => self.relisted = Some(HashSet::new()),
             Event::InitDone => {
                 let relisted = self.relisted.take().unwrap_or_default();
@@ -144,15 +157,17 @@ impl Liveness {
 
     fn cluster_of(&self, lease: &Lease) -> Option<ClusterId> {
         let cluster = lease.labels().get(LABEL_SOURCE_CLUSTER)?;
-        (**cluster != *self.me).then(|| cluster.as_str().into())
+        Some(cluster.as_str().into())
     }
 
     /// The verdicts that changed at `now`, as changes for the engine.
     pub fn judge(&mut self, now: Instant) -> Vec<Change> {
+        let stale = |seen: &Observed<_>| seen.unchanged_for(now) >= self.timeout;
+        let blind = self.mine.as_ref().is_none_or(stale);
         let dead: BTreeSet<ClusterId> = self
             .seen
             .iter()
-            .filter(|(_, seen)| seen.unchanged_for(now) >= self.timeout)
+            .filter(|(cluster, seen)| stale(seen) && (!blind || self.dead.contains(*cluster)))
             .map(|(cluster, _)| cluster.clone())
             .collect();
         let died = dead
@@ -167,7 +182,7 @@ impl Liveness {
         changes
     }
 
-    /// Every cluster with a heartbeat, and whether it is live.
+    /// Every other cluster with a heartbeat, and whether it is live.
     pub fn verdicts(&self) -> impl Iterator<Item = (&ClusterId, bool)> {
         self.seen.keys().map(|c| (c, !self.dead.contains(c)))
     }
@@ -202,7 +217,10 @@ mod tests {
         let at = |ms| start + Duration::from_millis(ms);
         let mut liveness = Liveness::new("east".into(), Duration::from_secs(3));
         liveness.on_event(&Event::Apply(lease("west", "1990-01-01T00:00:00Z")), at(0));
-        liveness.on_event(&Event::Apply(lease("east", "1990-01-01T00:00:00Z")), at(0));
+        let mine = |s| Event::Apply(lease("east", &format!("2026-01-01T00:00:0{s}Z")));
+        for s in 0..8 {
+            liveness.on_event(&mine(s), at(s * 1000));
+        }
         assert!(liveness.judge(at(2000)).is_empty());
         liveness.on_event(
             &Event::Apply(lease("west", "2090-01-01T00:00:00Z")),
@@ -234,9 +252,11 @@ mod tests {
     fn a_vanished_heartbeat_makes_the_cluster_live() {
         let start = Instant::now();
         let mut liveness = Liveness::new("east".into(), Duration::from_secs(1));
+        liveness.on_event(&Event::Apply(lease("east", "2026-01-01T00:00:00Z")), start);
         liveness.on_event(&Event::Apply(lease("west", "2026-01-01T00:00:00Z")), start);
         liveness.on_event(&Event::Apply(lease("north", "2026-01-01T00:00:00Z")), start);
         let later = start + Duration::from_secs(2);
+        liveness.on_event(&Event::Apply(lease("east", "2026-01-01T00:00:02Z")), later);
         assert_eq!(liveness.judge(later).len(), 2);
         liveness.on_event(&Event::Delete(lease("west", "2026-01-01T00:00:00Z")), later);
         liveness.on_event(&Event::Init, later);
@@ -251,5 +271,31 @@ mod tests {
             ]
         );
         assert_eq!(liveness.verdicts().count(), 0);
+    }
+
+    /// A replica that sees its own heartbeat stale sees the broker stale:
+    /// it declares no deaths (and keeps those it declared).
+    #[test]
+    fn no_deaths_are_declared_while_the_own_heartbeat_looks_stale() {
+        let start = Instant::now();
+        let later = start + Duration::from_secs(2);
+        let mut liveness = Liveness::new("east".into(), Duration::from_secs(1));
+        liveness.on_event(&Event::Apply(lease("west", "2026-01-01T00:00:00Z")), start);
+        assert!(liveness.judge(later).is_empty(), "no own heartbeat yet");
+        liveness.on_event(&Event::Apply(lease("east", "2026-01-01T00:00:00Z")), start);
+        assert!(liveness.judge(later).is_empty(), "own heartbeat stale too");
+        liveness.on_event(&Event::Apply(lease("north", "2026-01-01T00:00:00Z")), start);
+        liveness.on_event(&Event::Apply(lease("east", "2026-01-01T00:00:01Z")), later);
+        assert_eq!(liveness.judge(later).len(), 2);
+        let much_later = later + Duration::from_secs(5);
+        liveness.on_event(
+            &Event::Apply(lease("north", "2026-01-01T00:00:09Z")),
+            much_later,
+        );
+        assert_eq!(
+            liveness.judge(much_later),
+            [Change::Live("north".into(), true)],
+            "revivals need no own heartbeat; west stays dead"
+        );
     }
 }
