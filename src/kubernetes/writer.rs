@@ -354,7 +354,10 @@ impl Writer {
             conditions: conditions(std::slice::from_ref(&*import.ready), &old.conditions),
         };
         if actual.is_none() || status != old {
-            self.patch_status(&api, &key.name, &status).await?;
+            // Spelled out: a merge patch must carry an emptied list (every
+            // exporting cluster dead) as `[]`, which serde would leave out.
+            let patch = json!({ "clusters": status.clusters, "conditions": status.conditions });
+            self.patch_status(&api, &key.name, &patch).await?;
         }
         Ok(())
     }
