@@ -2,8 +2,7 @@
 //! its ports and its VIPs stay (nothing a cluster published is forgotten
 //! while it is away), but they back nothing: their endpoints and ClusterIPs
 //! leave the import, and with them its DNS answers, mirrored EndpointSlices
-//! and `status.clusters`, until the heartbeat resumes (ARCHITECTURE.md,
-//! "Cluster liveness").
+//! and `status.clusters`, until the heartbeat resumes.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
