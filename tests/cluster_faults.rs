@@ -97,7 +97,10 @@ async fn a_dead_cluster_leaves_every_answer_and_returns_with_its_heartbeat() {
     })
     .await;
     let vip = set.resolve("north", WEB, RecordType::A).await;
-    assert_eq!(live(&set, "north", "west").await, 1.0);
+    eventually_within(CONVERGE, "north sees west's heartbeat", 1.0, || {
+        live(&set, "north", "west")
+    })
+    .await;
 
     set.kill_replica(2, 0);
     let killed = Instant::now();
@@ -160,7 +163,10 @@ async fn a_dead_cluster_leaves_every_answer_and_returns_with_its_heartbeat() {
         );
     }
     for id in ["east", "north"] {
-        assert_eq!(live(&set, id, "west").await, 1.0);
+        eventually_within(CONVERGE, &format!("{id} sees west live"), 1.0, || {
+            live(&set, id, "west")
+        })
+        .await;
         assert_eq!(
             set.resolve(id, WEB, RecordType::A).await,
             vip,
@@ -288,20 +294,20 @@ async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
     println!("broker wiped: rebuilt after {:.1?}", wiped.elapsed());
     for (name, vip) in names.iter().zip(&vips) {
         for id in ["east", "north", "west"] {
-            assert!(seen.contains(&(id.to_owned(), *name, vip.clone())));
-            assert_eq!(
-                import_ips(&set.import(id, "shop", name).unwrap()),
-                *vip,
-                "{id} {name}"
-            );
+            // An import backed only by other clusters may go for the moment
+            // their records are missing; it comes back with the same VIP.
+            eventually_within(
+                CONVERGE,
+                &format!("{id}: {name} keeps its VIP"),
+                Some(vip.clone()),
+                || async { set.import(id, "shop", name).map(|i| import_ips(&i)) },
+            )
+            .await;
             let fqdn = format!("{name}.shop.svc.clusterset.local.");
             until_answered(&set, id, &fqdn, Outcome::Ips(vip.iter().copied().collect())).await;
         }
+        let other = seen.iter().find(|(_, n, ips)| n == name && ips != vip);
+        assert_eq!(other, None, "no ServiceImport ever carried another VIP");
     }
-    assert_eq!(
-        seen.len(),
-        6,
-        "no ServiceImport ever carried another VIP: {seen:?}"
-    );
     until_answered(&set, "north", DB, ips(["10.1.0.40", "10.3.0.40"])).await;
 }
