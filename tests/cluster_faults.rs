@@ -13,9 +13,12 @@ mod kube_clusterset;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use clusterset_dns::engine::vip::{VipAllocator, VipPools};
+use clusterset_dns::model::{IpFamily, ServiceKey};
 use common::*;
 use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
+use serde_json::json;
 
 const DB: &str = "db.shop.svc.clusterset.local.";
 const WEB: &str = "web.shop.svc.clusterset.local.";
@@ -226,10 +229,26 @@ async fn when_every_exporter_is_dead_the_import_is_not_ready() {
 /// (well within one 60 s resync), and the VIPs stay the same in every
 /// member's ServiceImport and DNS answers, since each member re-claims the
 /// VIPs its ServiceImport carries first (KEP-1645: a VIP is stable for the
-/// import's life).
+/// import's life), even one that is not the service's first candidate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
     let set = three().await;
+    // web's first candidate is claimed by another service, so web holds its
+    // second: re-allocating after the wipe would pick the first.
+    let first = VipAllocator::new(VipPools::default())
+        .candidates(&ServiceKey::new("shop", "web"), IpFamily::IPv4)
+        .next()
+        .unwrap();
+    let claim = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": format!("clusterset-vip-{}", first.to_string().replace('.', "-")),
+            "namespace": BROKER_NAMESPACE,
+            "labels": {"clusterset-dns.io/vip-claim": "true"},
+        },
+        "data": {"address": first.to_string(), "service": "shop/elsewhere"},
+    });
+    set.broker.put_raw(claim).unwrap();
     export_db_and_web(&set);
     set.apply(
         "north",
@@ -258,7 +277,9 @@ async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
     let slices = set
         .broker_objects("discovery.k8s.io", "endpointslices")
         .len();
-    let claims = set.claims();
+    assert_ne!(vips[0], [first], "web holds its second candidate");
+    let mut claims = set.claims();
+    claims.remove(&(first.to_string(), "shop/elsewhere".to_owned()));
 
     let wiped = Instant::now();
     set.wipe_broker();
