@@ -249,6 +249,11 @@ pub struct KubernetesArgs {
     /// Seconds a leader Lease lasts without renewal.
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
     pub lease_duration: u64,
+    /// Seconds after which a cluster whose heartbeat on the broker has not
+    /// changed is dead: its endpoints leave every answer until it returns
+    /// (renewed every quarter of it; keep it above `--lease-duration`).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub cluster_timeout: u64,
     /// This replica's name in the Lease [default: `$POD_NAME` or the host name, plus a random suffix].
     #[arg(long, value_name = "NAME")]
     pub identity: Option<String>,

@@ -55,6 +55,7 @@ pub struct Metrics {
     leader: IntGauge,
     transfers: IntCounterVec,
     notifies: IntCounterVec,
+    cluster_live: IntGaugeVec,
 }
 
 /// Requests, responses and durations of DNS queries.
@@ -241,6 +242,16 @@ impl Metrics {
                     &["result"],
                 ),
             ),
+            cluster_live: register(
+                &registry,
+                IntGaugeVec::new(
+                    opts(
+                        "cluster_live",
+                        "1 while a cluster's heartbeat on the broker is current, 0 once it is older than --cluster-timeout (its endpoints are then left out).",
+                    ),
+                    &["cluster"],
+                ),
+            ),
             registry,
         }
     }
@@ -323,6 +334,13 @@ impl Metrics {
     /// Records whether this replica leads.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// Records whether another cluster's heartbeat is current.
+    pub fn set_cluster_live(&self, cluster: &str, live: bool) {
+        self.cluster_live
+            .with_label_values(&[cluster])
+            .set(i64::from(live));
     }
 
     /// The longest time since any source synced (None before any sync).

@@ -4,9 +4,10 @@
 
 pub mod aggregate;
 pub mod conditions;
+pub mod liveness;
 pub mod vip;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -105,6 +106,8 @@ pub struct Engine {
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
     vips: VipAllocator,
+    /// Clusters whose heartbeat timed out ([`Change::Live`]).
+    dead: BTreeSet<ClusterId>,
 }
 
 impl Engine {
@@ -119,6 +122,7 @@ impl Engine {
             inputs: HashMap::default(),
             results: HashMap::default(),
             vips: VipAllocator::new(settings.pools),
+            dead: BTreeSet::new(),
         }
     }
 
@@ -135,8 +139,10 @@ impl Engine {
     ) -> Vec<(ServiceKey, Option<Arc<Import>>)> {
         let mut touched: Vec<ServiceKey> = Vec::new();
         for change in changes {
-            if touched.last() != Some(change.service()) {
-                touched.push(change.service().clone());
+            match (change.service(), &change) {
+                (Some(key), _) if touched.last() != Some(key) => touched.push(key.clone()),
+                (None, Change::Live(cluster, _)) => touched.extend(self.services_of(cluster)),
+                _ => {}
             }
             self.apply_one(change);
         }
@@ -188,6 +194,14 @@ impl Engine {
         self.inputs.keys()
     }
 
+    /// Every service `cluster` said something about.
+    pub fn services_of(&self, cluster: &ClusterId) -> Vec<ServiceKey> {
+        let of = |(key, clusters): (&ServiceKey, &PerCluster)| {
+            clusters.contains_key(cluster).then(|| key.clone())
+        };
+        self.inputs.iter().filter_map(of).collect()
+    }
+
     /// Every service with at least one export, sorted by key.
     pub fn aggregates(&self) -> Vec<(&ServiceKey, &Aggregate)> {
         let mut all: Vec<_> = self.results.iter().collect();
@@ -227,6 +241,12 @@ impl Engine {
                 for (holder, ip) in self.vips.assign(&key, &ips) {
                     warn!(service = %key, %ip, holder = %holder, "the broker gives one VIP to two services");
                 }
+            }
+            Change::Live(cluster, true) => {
+                self.dead.remove(&cluster);
+            }
+            Change::Live(cluster, false) => {
+                self.dead.insert(cluster);
             }
             Change::Delete(cluster, key, reference) => {
                 let Some(clusters) = self.inputs.get_mut(&key) else {
@@ -283,6 +303,9 @@ impl Engine {
             clusterset_ip: self.clusterset_ip,
         };
         let mut result = aggregate::aggregate(inputs, &policy);
+        if let Some(import) = &mut result.import {
+            liveness::leave_out_dead(import, &self.dead);
+        }
         match &mut result.import {
             Some(import) if import.type_ == ImportType::ClusterSetIP => {
                 let import = Arc::make_mut(import);

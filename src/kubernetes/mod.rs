@@ -11,8 +11,10 @@
 
 pub mod api;
 pub mod facts;
+pub mod heartbeat;
 pub mod lease;
 pub mod objects;
+pub mod observed;
 pub mod owned;
 pub mod queue;
 pub mod vip_claims;
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -50,6 +53,7 @@ use crate::model::{Change, ClusterId, ExportAge, Object, ServiceKey};
 use crate::serve::{Outputs, Reconciler};
 use crate::source::convert;
 use facts::{Facts, Reader};
+use heartbeat::{Heartbeat, Liveness};
 use lease::Candidate;
 use objects::Role;
 use owned::Owned;
@@ -240,6 +244,7 @@ pub async fn follow(
     let (synced_tx, synced_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
     ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
+    ctx.heartbeats(leading_rx.clone());
     ctx.resync_when_leading(caches, synced_rx, leading_rx);
     let candidate = Candidate::new(
         ctx.connection.local.clone(),
@@ -276,7 +281,17 @@ pub async fn follow(
             }
             changes.extend(b.changes);
         }
-        let keys: Vec<ServiceKey> = changes.iter().map(|c| c.service().clone()).collect();
+        let mut keys: Vec<ServiceKey> = changes
+            .iter()
+            .filter_map(|c| c.service().cloned())
+            .collect();
+        let judged: Vec<ClusterId> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Live(cluster, _) => Some(cluster.clone()),
+                _ => None,
+            })
+            .collect();
         {
             let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
             if !*synced_tx.borrow() && waiting.is_empty() {
@@ -285,6 +300,9 @@ pub async fn follow(
                 synced_tx.send_replace(true);
             } else {
                 state.apply(changes);
+            }
+            for cluster in &judged {
+                keys.extend(state.engine().services_of(cluster));
             }
         }
         for key in keys {
@@ -601,6 +619,72 @@ impl Controller {
                         warn!(%source, error = %error, "watch failed; retrying");
                     }
                     None => break,
+                }
+            }
+        });
+    }
+
+    /// Renews this cluster's heartbeat while this replica leads, and judges
+    /// every other cluster's (see [`heartbeat`]).
+    fn heartbeats(&mut self, mut leading: watch::Receiver<bool>) {
+        let timeout = Duration::from_secs(self.args.cluster_timeout.max(1));
+        let cluster = self.connection.cluster.clone();
+        let broker = self.connection.broker.clone();
+        let namespace = self.args.broker_namespace.clone();
+        let beat = Heartbeat::new(broker.clone(), &namespace, cluster.clone(), timeout);
+        let metrics = self.metrics.clone();
+        self.tasks.spawn(async move {
+            while leading.wait_for(|l| *l).await.is_ok() {
+                let result = match beat.renew().await {
+                    Ok(true) => "updated",
+                    Ok(false) => "conflict",
+                    Err(error) => {
+                        warn!(%error, "cannot renew this cluster's heartbeat on the broker");
+                        "error"
+                    }
+                };
+                metrics.api_write("HeartbeatLease", result);
+                tokio::time::sleep(beat.period()).await;
+            }
+        });
+
+        let liveness = Arc::new(Mutex::new(Liveness::new(cluster, timeout)));
+        let seen = liveness.clone();
+        self.spawn_watch(
+            Api::<Lease>::namespaced(broker, &namespace),
+            watcher::Config::default().labels(heartbeat::SELECTOR),
+            "broker/leases",
+            None,
+            move |event| {
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                seen.on_event(&event, tokio::time::Instant::now());
+            },
+        );
+        let (batches, metrics) = (self.batches.clone(), self.metrics.clone());
+        self.tasks.spawn(async move {
+            let mut tick = tokio::time::interval((timeout / 4).min(Duration::from_secs(1)));
+            loop {
+                tick.tick().await;
+                let changes = {
+                    let mut liveness = liveness.lock().unwrap_or_else(|e| e.into_inner());
+                    let changes = liveness.judge(tokio::time::Instant::now());
+                    for (cluster, live) in liveness.verdicts() {
+                        metrics.set_cluster_live(cluster, live);
+                    }
+                    changes
+                };
+                for change in &changes {
+                    if let Change::Live(cluster, live) = change {
+                        info!(%cluster, live, "cluster heartbeat verdict changed");
+                    }
+                }
+                let batch = Batch {
+                    resource: "broker/leases",
+                    changes,
+                    synced: false,
+                };
+                if !batch.changes.is_empty() && batches.send(batch).is_err() {
+                    return;
                 }
             }
         });

@@ -132,7 +132,11 @@ impl Writer {
         let snapshot = self.snapshot(key);
         self.broker_export(key, &snapshot).await?;
         self.broker_slices(key, &snapshot).await?;
-        self.vips(key, &snapshot).await?;
+        if self.vips(key, &snapshot).await? {
+            // The engine learns the VIPs from the record's watch event, which
+            // queues the service again; writing the import now would drop them.
+            return Ok(());
+        }
         let import = snapshot
             .aggregate
             .as_ref()
@@ -160,11 +164,24 @@ impl Writer {
             .map(|i| i.ip_families.clone())
             .unwrap_or_default();
         let vips = engine.vips();
+        // The VIPs this cluster's ServiceImport carries come first: after the
+        // broker lost its records (wiped, or restored from an old backup) the
+        // clusterset re-claims the same addresses, so connections survive.
+        let previous: Vec<IpAddr> = self
+            .caches
+            .local_imports
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .map(|i| i.spec.ips.iter().filter_map(|ip| ip.parse().ok()).collect())
+            .unwrap_or_default();
         let candidates = needs
             .into_iter()
             .map(|family| {
-                let free = vips
-                    .candidates(key, family)
+                let previous = previous
+                    .iter()
+                    .copied()
+                    .filter(|ip| IpFamily::of(ip) == family && vips.pools().contains(ip));
+                let free = previous
+                    .chain(vips.candidates(key, family))
                     .filter(|ip| vips.holder(ip).is_none_or(|h| h == key))
                     .take(CANDIDATES)
                     .collect();
@@ -265,7 +282,9 @@ impl Writer {
             .await
     }
 
-    async fn vips(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+    /// Settles the VIPs of `key` on the broker; true if it claimed some the
+    /// engine does not know yet.
+    async fn vips(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<bool, WriteError> {
         let import = snapshot
             .aggregate
             .as_ref()
@@ -289,7 +308,7 @@ impl Writer {
                 self.metrics.api_write("VipClaim", "settled");
                 tracing::debug!(service = %key, ?vips, "VIPs settled");
             }
-            return Ok(());
+            return Ok(!have);
         }
         let record =
             ObjectRef::new(&objects::vip_record_name(key)).within(&self.settings.broker_namespace);
@@ -299,7 +318,7 @@ impl Writer {
             self.claims.release(key).await?;
             self.metrics.api_write("VipClaim", "released");
         }
-        Ok(())
+        Ok(false)
     }
 
     async fn local_import(
@@ -335,7 +354,10 @@ impl Writer {
             conditions: conditions(std::slice::from_ref(&*import.ready), &old.conditions),
         };
         if actual.is_none() || status != old {
-            self.patch_status(&api, &key.name, &status).await?;
+            // Spelled out: a merge patch must carry an emptied list (every
+            // exporting cluster dead) as `[]`, which serde would leave out.
+            let patch = json!({ "clusters": status.clusters, "conditions": status.conditions });
+            self.patch_status(&api, &key.name, &patch).await?;
         }
         Ok(())
     }

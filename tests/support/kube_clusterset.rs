@@ -145,6 +145,30 @@ impl KubeClusterset {
         server.shutdown().await;
     }
 
+    /// Stops replica `r` of member `i` at once, as a crash would: nothing
+    /// is released, its heartbeat and Lease just stop being renewed.
+    pub fn kill_replica(&mut self, i: usize, r: usize) {
+        drop(self.members[i].servers.remove(r));
+    }
+
+    /// Deletes every object in the broker namespace, as a lost broker would.
+    pub fn wipe_broker(&self) {
+        let kinds = [
+            ("multicluster.x-k8s.io", "serviceimports"),
+            ("discovery.k8s.io", "endpointslices"),
+            ("", "configmaps"),
+            ("coordination.k8s.io", "leases"),
+        ];
+        for (group, plural) in kinds {
+            for object in self.broker_objects(group, plural) {
+                let name = object["metadata"]["name"].as_str().unwrap();
+                self.broker
+                    .remove_raw(group, plural, Some(BROKER_NAMESPACE), name);
+            }
+            assert!(self.broker_objects(group, plural).is_empty());
+        }
+    }
+
     /// The member with this id.
     pub fn member(&self, id: &str) -> &Member {
         self.members
