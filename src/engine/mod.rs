@@ -4,6 +4,7 @@
 
 pub mod aggregate;
 pub mod conditions;
+pub mod ports;
 pub mod vip;
 
 use std::collections::{BTreeMap, HashMap};
@@ -476,7 +477,8 @@ mod tests {
             (stats.cluster_set_ip, stats.headless, stats.endpoints),
             (1, 0, 1)
         );
-        assert_eq!(stats.conflicts.get(&ConflictReason::PortConflict), Some(&1));
+        // Both exports of the conflicted service are in conflict (KEP-1645).
+        assert_eq!(stats.conflicts.get(&ConflictReason::PortConflict), Some(&2));
         engine.apply([Change::Delete("west".into(), key(), ObjectRef::Export)]);
         assert_eq!(
             engine.stats().conflicts.get(&ConflictReason::PortConflict),
