@@ -318,13 +318,20 @@ pub enum Change {
     /// The clusterset agreed on these VIPs for the service (Kubernetes mode:
     /// read from the broker; empty: none yet, or released).
     Vips(ServiceKey, Vec<IpAddr>),
+    /// The local cluster has this namespace (true) or not (Kubernetes mode:
+    /// an import is served only where its namespace exists, KEP-1645
+    /// "Namespace sameness").
+    Namespace(Arc<str>, bool),
 }
 
 impl Change {
-    /// The service this change touches.
-    pub fn service(&self) -> &ServiceKey {
+    /// The service this change touches (none for a namespace).
+    pub fn service(&self) -> Option<&ServiceKey> {
         match self {
-            Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => key,
+            Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => {
+                Some(key)
+            }
+            Change::Namespace(..) => None,
         }
     }
 
@@ -338,7 +345,8 @@ impl Change {
                 object.reference(),
             )),
             Change::Vips(key, _) => Some(Change::Vips(key.clone(), Vec::new())),
-            Change::Delete(..) => None,
+            Change::Namespace(name, true) => Some(Change::Namespace(name.clone(), false)),
+            Change::Delete(..) | Change::Namespace(_, false) => None,
         }
     }
 }

@@ -7,7 +7,7 @@ pub mod conditions;
 pub mod ports;
 pub mod vip;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -47,6 +47,11 @@ pub struct EngineSettings {
     /// The cluster this instance runs in (its ClusterIPs come first when an
     /// import has no VIPs); `None` outside a cluster.
     pub local_cluster: Option<ClusterId>,
+    /// Whether imports are served only in the namespaces the local cluster
+    /// has, as [`Change::Namespace`] reports them (Kubernetes mode; KEP-1645
+    /// "Namespace sameness": a member without the namespace has no
+    /// ServiceImport, so its DNS has no names for it).
+    pub namespaces_known: bool,
 }
 
 impl Default for EngineSettings {
@@ -57,6 +62,7 @@ impl Default for EngineSettings {
             clusterset_ip: true,
             vip_source: VipSource::Allocate,
             local_cluster: None,
+            namespaces_known: false,
         }
     }
 }
@@ -102,6 +108,8 @@ pub struct Engine {
     clusterset_ip: bool,
     vip_source: VipSource,
     local_cluster: Option<ClusterId>,
+    /// The local cluster's namespaces, when imports are served only there.
+    namespaces: Option<HashSet<Arc<str>>>,
     stats: Stats,
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
@@ -116,6 +124,7 @@ impl Engine {
             clusterset_ip: settings.clusterset_ip,
             vip_source: settings.vip_source,
             local_cluster: settings.local_cluster,
+            namespaces: settings.namespaces_known.then(HashSet::new),
             stats: Stats::default(),
             inputs: HashMap::default(),
             results: HashMap::default(),
@@ -129,17 +138,25 @@ impl Engine {
     }
 
     /// Applies changes, reconciles each touched service once, and returns
-    /// the services whose import changed, with the new import (None: gone).
+    /// the services whose served import changed, with the new import (None:
+    /// gone, or its namespace is not in the local cluster).
     pub fn apply(
         &mut self,
         changes: impl IntoIterator<Item = Change>,
     ) -> Vec<(ServiceKey, Option<Arc<Import>>)> {
         let mut touched: Vec<ServiceKey> = Vec::new();
+        let mut moved: HashSet<Arc<str>> = HashSet::new();
         for change in changes {
-            if touched.last() != Some(change.service()) {
-                touched.push(change.service().clone());
+            if let Some(key) = change.service()
+                && touched.last() != Some(key)
+            {
+                touched.push(key.clone());
             }
-            self.apply_one(change);
+            moved.extend(self.apply_one(change));
+        }
+        if !moved.is_empty() {
+            let keys = self.results.keys().filter(|k| moved.contains(&k.namespace));
+            touched.extend(keys.cloned().collect::<Vec<_>>());
         }
         touched.sort();
         touched.dedup();
@@ -147,10 +164,22 @@ impl Engine {
             .into_iter()
             .filter_map(|key| {
                 let before = self.results.get(&key).and_then(|r| r.import.clone());
+                let before = self.served(&key, before);
                 let after = self.reconcile(&key);
-                (before != after).then_some((key, after))
+                let after = self.served(&key, after);
+                (before != after || moved.contains(&key.namespace)).then_some((key, after))
             })
             .collect()
+    }
+
+    /// The import of `result` as the local cluster serves it: none where
+    /// the local cluster lacks the namespace.
+    fn served(&self, key: &ServiceKey, import: Option<Arc<Import>>) -> Option<Arc<Import>> {
+        let present = self
+            .namespaces
+            .as_ref()
+            .is_none_or(|n| n.contains(&key.namespace));
+        import.filter(|_| present)
     }
 
     /// Releases VIPs restored from a saved state that no import claimed
@@ -196,7 +225,8 @@ impl Engine {
         all
     }
 
-    fn apply_one(&mut self, change: Change) {
+    /// Applies one change; returns the namespace whose presence it changed.
+    fn apply_one(&mut self, change: Change) -> Option<Arc<str>> {
         match change {
             Change::Upsert(cluster, key, object) => {
                 let clusters = self.inputs.entry(key).or_default();
@@ -230,12 +260,8 @@ impl Engine {
                 }
             }
             Change::Delete(cluster, key, reference) => {
-                let Some(clusters) = self.inputs.get_mut(&key) else {
-                    return;
-                };
-                let Some(entry) = clusters.get_mut(&cluster) else {
-                    return;
-                };
+                let clusters = self.inputs.get_mut(&key)?;
+                let entry = clusters.get_mut(&cluster)?;
                 let (_, old) = addresses(entry, &reference);
                 match &reference {
                     ObjectRef::Export => entry.export = None,
@@ -252,7 +278,17 @@ impl Engine {
                 }
                 self.remark(&old, &[]);
             }
+            Change::Namespace(name, exists) => {
+                let namespaces = self.namespaces.as_mut()?;
+                let changed = if exists {
+                    namespaces.insert(name.clone())
+                } else {
+                    namespaces.remove(&name)
+                };
+                return changed.then_some(name);
+            }
         }
+        None
     }
 
     /// Keeps the allocator's view of cluster-used pool addresses current.
@@ -402,6 +438,57 @@ mod tests {
         assert_eq!(updates, vec![(key(), None)]);
         assert!(engine.vips_mut().allocations().is_empty());
         assert!(engine.get(&key()).is_none());
+    }
+
+    /// KEP-1645 "Namespace sameness": a member without the namespace has no
+    /// ServiceImport, so nothing of it is served there; the import itself
+    /// (conditions, VIPs) is the clusterset's and stays.
+    #[test]
+    fn imports_are_served_only_where_the_namespace_exists() {
+        let exported = || {
+            [
+                upsert(
+                    "east",
+                    Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
+                ),
+                upsert("east", Object::Export(export(1).into())),
+            ]
+        };
+        let mut engine = Engine::new(EngineSettings {
+            namespaces_known: true,
+            ..EngineSettings::default()
+        });
+        assert!(
+            engine.apply(exported()).is_empty(),
+            "no namespace shop here"
+        );
+        assert!(engine.get(&key()).unwrap().import.is_some());
+        let updates = engine.apply([Change::Namespace("shop".into(), true)]);
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].1, engine.get(&key()).unwrap().import);
+        assert!(
+            engine
+                .apply([Change::Namespace("other".into(), true)])
+                .is_empty()
+        );
+        assert!(
+            engine
+                .apply([Change::Namespace("shop".into(), true)])
+                .is_empty()
+        );
+        let updates = engine.apply([Change::Namespace("shop".into(), false)]);
+        assert_eq!(updates, vec![(key(), None)]);
+        // A namespace arriving with its first export, in one batch.
+        let mut engine = Engine::new(EngineSettings {
+            namespaces_known: true,
+            ..EngineSettings::default()
+        });
+        let mut batch = vec![Change::Namespace("shop".into(), true)];
+        batch.extend(exported());
+        assert!(engine.apply(batch)[0].1.is_some());
+        // Embedded mode knows no namespaces: everything is served.
+        let mut engine = Engine::new(EngineSettings::default());
+        assert!(engine.apply(exported())[0].1.is_some());
     }
 
     #[test]

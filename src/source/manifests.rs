@@ -744,7 +744,9 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
     match change {
         Change::Delete(cluster, key, r) => (cluster, key, r.clone(), false),
         Change::Upsert(cluster, key, obj) => (cluster, key, obj.reference(), true),
-        Change::Vips(..) => unreachable!("manifests carry no VIP agreements"),
+        Change::Vips(..) | Change::Namespace(..) => {
+            unreachable!("manifests carry no VIP agreements or namespaces")
+        }
     }
 }
 
@@ -778,6 +780,7 @@ mod tests {
                 Change::Upsert(cl, k, o) => format!("U {cl} {k} {}", r(&o.reference())),
                 Change::Delete(cl, k, o) => format!("D {cl} {k} {}", r(o)),
                 Change::Vips(k, ips) => format!("V {k} {ips:?}"),
+                Change::Namespace(ns, exists) => format!("N {ns} {exists}"),
             })
             .collect()
     }

@@ -169,6 +169,7 @@ mod tests {
                 Change::Upsert(cl, k, _) => format!("U {cl} {k}"),
                 Change::Delete(cl, k, _) => format!("D {cl} {k}"),
                 Change::Vips(k, _) => format!("V {k}"),
+                Change::Namespace(ns, _) => format!("N {ns}"),
             })
             .collect()
     }
