@@ -435,3 +435,45 @@ async fn without_timestamps_the_walk_order_decides() {
         ips(["10.1.0.1"])
     );
 }
+
+/// KEP-1645 "Service Port" in DNS: the SRV records of a headless import
+/// target, per port, only the endpoints of clusters that back it. East
+/// (oldest) defines `tcp` as 42; west defines `tcp` as 4242 (not the
+/// import's) and adds `tcp2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_srv_targets_only_clusters_backing_the_port() {
+    let cs = Clusterset::new();
+    let db = || headless("shop", "db", &["IPv4"]);
+    cs.write(
+        "east",
+        "db.yaml",
+        &exported_at(
+            db().ports(&[("tcp", 42, "TCP")]),
+            OLD,
+            &[slice("shop", "db-e", "db", &[ep("10.1.0.1").host("e0")])],
+        ),
+    );
+    cs.write(
+        "west",
+        "db.yaml",
+        &exported_at(
+            db().ports(&[("tcp", 4242, "TCP"), ("tcp2", 4343, "TCP")]),
+            NEW,
+            &[slice("shop", "db-w", "db", &[ep("10.2.0.1").host("w0")])],
+        ),
+    );
+    let (server, _) = load(&cs, &[]).await;
+    let east = "e0.east.db.shop.svc.clusterset.local.";
+    let west = "w0.west.db.shop.svc.clusterset.local.";
+    let tcp = srv(server.addr, &svc("_tcp._tcp.db.shop")).await;
+    assert_eq!(tcp, (pairs([(east, 42)]), 1));
+    let tcp2 = srv(server.addr, &svc("_tcp2._tcp.db.shop")).await;
+    assert_eq!(tcp2, (pairs([(west, 4343)]), 1));
+    let bare = srv(server.addr, &svc("db.shop")).await;
+    assert_eq!(bare, (pairs([(east, 42), (west, 4343)]), 2));
+    // Addresses are the service's, whichever ports a cluster backs.
+    assert_eq!(
+        resolve(server.addr, &svc("db.shop"), A).await,
+        ips(["10.1.0.1", "10.2.0.1"])
+    );
+}

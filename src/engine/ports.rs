@@ -11,11 +11,16 @@ use crate::crd::ServicePort;
 /// The ports of `import` that `service` defines identically (same name, port
 /// and protocol). Shares `service` when it backs all of its own ports.
 pub fn backed_ports(import: &[ServicePort], service: &Arc<[ServicePort]>) -> Arc<[ServicePort]> {
-    let backs = |p: &ServicePort| import.iter().any(|i| same_port(i, p));
-    if service.iter().all(backs) {
+    let backed = |p: &&ServicePort| backs(import, p);
+    if service.iter().all(|p| backed(&p)) {
         return service.clone();
     }
-    service.iter().filter(|p| backs(p)).cloned().collect()
+    service.iter().filter(backed).cloned().collect()
+}
+
+/// Whether a cluster whose backed ports are `backed` serves the import's `port`.
+pub fn backs(backed: &[ServicePort], port: &ServicePort) -> bool {
+    backed.iter().any(|b| same_port(b, port))
 }
 
 /// Whether two ports are the same port of a Service (`appProtocol` is a hint only).
