@@ -1235,6 +1235,39 @@ async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import
             .is_some()
     );
 
+    // Someone deletes north's ServiceImport: the garbage collector takes its
+    // slices with it; the leader writes both again, the slices owned by the
+    // new ServiceImport.
+    let old_uid = set.import("north", "shop", "web").unwrap().metadata.uid;
+    let north = &set.member("north").api;
+    assert!(north.remove_raw(
+        "multicluster.x-k8s.io",
+        "serviceimports",
+        Some("shop"),
+        "web"
+    ));
+    eventually_within(
+        CONVERGE,
+        "north's slice owned by its new ServiceImport",
+        true,
+        || async {
+            let Some(uid) = set
+                .import("north", "shop", "web")
+                .and_then(|i| i.metadata.uid)
+            else {
+                return false;
+            };
+            let owners: Vec<String> = set
+                .mcs_slice_objects("north", "shop", "web")
+                .iter()
+                .flat_map(|s| s.metadata.owner_references.clone().unwrap_or_default())
+                .map(|o| o.uid)
+                .collect();
+            Some(&uid) != old_uid.as_ref() && owners == [uid]
+        },
+    )
+    .await;
+
     set.unexport("east", "shop", "web");
     for id in ALL {
         eventually_within(
