@@ -551,7 +551,7 @@ fn join(families: &[IpFamily]) -> String {
 fn import_cluster(
     candidate: &Candidate<'_>,
     families: &[IpFamily],
-    ports: &[ServicePort],
+    ports: &Arc<[ServicePort]>,
 ) -> ImportCluster {
     let in_families = |ip: &IpAddr| families.contains(&IpFamily::of(ip));
     let qualifying = |seen: &mut HashSet<IpAddr>, e: &Endpoint| {
