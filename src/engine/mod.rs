@@ -154,22 +154,26 @@ impl Engine {
             }
             moved.extend(self.apply_one(change));
         }
-        if !moved.is_empty() {
-            let keys = self.results.keys().filter(|k| moved.contains(&k.namespace));
-            touched.extend(keys.cloned().collect::<Vec<_>>());
-        }
         touched.sort();
         touched.dedup();
-        touched
-            .into_iter()
-            .filter_map(|key| {
-                let before = self.results.get(&key).and_then(|r| r.import.clone());
-                let before = self.served(&key, before);
-                let after = self.reconcile(&key);
-                let after = self.served(&key, after);
-                (before != after || moved.contains(&key.namespace)).then_some((key, after))
-            })
-            .collect()
+        let mut updates = Vec::new();
+        if !moved.is_empty() {
+            // Services of a namespace that came or went are shown or hidden
+            // as they are (no reconcile: their inputs did not change).
+            let untouched = self
+                .results
+                .iter()
+                .filter(|(k, _)| moved.contains(&k.namespace) && touched.binary_search(k).is_err());
+            updates.extend(untouched.map(|(k, r)| (k.clone(), self.served(k, r.import.clone()))));
+        }
+        updates.extend(touched.into_iter().filter_map(|key| {
+            let before = self.results.get(&key).and_then(|r| r.import.clone());
+            let before = self.served(&key, before);
+            let after = self.reconcile(&key);
+            let after = self.served(&key, after);
+            (before != after || moved.contains(&key.namespace)).then_some((key, after))
+        }));
+        updates
     }
 
     /// The import of `result` as the local cluster serves it: none where
