@@ -332,17 +332,21 @@ pub enum Change {
     /// the broker). A cluster never reported is live; a dead one keeps its
     /// exports but backs no import (see `engine::liveness`).
     Live(ClusterId, bool),
+    /// The local cluster has this namespace (true) or not (Kubernetes mode:
+    /// an import is served only where its namespace exists, KEP-1645
+    /// "Namespace sameness").
+    Namespace(Arc<str>, bool),
 }
 
 impl Change {
-    /// The one service this change touches (`None`: a cluster's liveness,
-    /// which touches every service of the cluster).
+    /// The one service this change touches (`None`: a cluster's liveness or a
+    /// namespace, which touch every service of the cluster or namespace).
     pub fn service(&self) -> Option<&ServiceKey> {
         match self {
             Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => {
                 Some(key)
             }
-            Change::Live(..) => None,
+            Change::Live(..) | Change::Namespace(..) => None,
         }
     }
 
@@ -357,7 +361,8 @@ impl Change {
             )),
             Change::Vips(key, _) => Some(Change::Vips(key.clone(), Vec::new())),
             Change::Live(cluster, _) => Some(Change::Live(cluster.clone(), true)),
-            Change::Delete(..) => None,
+            Change::Namespace(name, true) => Some(Change::Namespace(name.clone(), false)),
+            Change::Delete(..) | Change::Namespace(_, false) => None,
         }
     }
 }

@@ -160,7 +160,7 @@ impl ReverseMap {
                 .filter(|ip| import.local_families.contains(&IpFamily::of(ip)) && served(ip))
                 .map(|ip| (*ip, service.clone()))
                 .collect(),
-            ImportType::Headless => local_endpoints(import)
+            ImportType::Headless => local_endpoints(import, None)
                 .filter(|(_, ip, _)| served(ip))
                 .filter_map(|(cluster, ip, host)| Some((ip, pod_name(service, cluster, ip, host)?)))
                 .collect(),

@@ -98,7 +98,7 @@ impl Index {
                 .to_ascii_lowercase();
             below(&format!("_{}._{protocol}", port.name.as_deref()?))
         });
-        let pods = local_endpoints(import)
+        let pods = local_endpoints(import, None)
             .filter_map(|(cluster, ip, host)| pod_name(&service, cluster, ip, host));
         let clusters = import
             .clusters

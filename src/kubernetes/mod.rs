@@ -17,6 +17,7 @@ pub mod objects;
 pub mod observed;
 pub mod owned;
 pub mod queue;
+pub mod slices;
 pub mod vip_claims;
 pub mod writer;
 
@@ -226,6 +227,7 @@ pub async fn follow(
     let settings = EngineSettings {
         vip_source: VipSource::Assigned,
         local_cluster: Some(connection.cluster.clone()),
+        namespaces_known: true,
         ..clusterset.engine_settings()
     };
     let (batches, mut incoming) = mpsc::unbounded_channel();
@@ -315,7 +317,8 @@ pub async fn follow(
 }
 
 /// The watches whose events are facts for the engine (the first sync waits for all).
-const FACT_SOURCES: [&str; 5] = [
+const FACT_SOURCES: [&str; 6] = [
+    "namespaces",
     "services",
     "serviceexports",
     "endpointslices",
@@ -488,14 +491,7 @@ impl Controller {
             {
                 queue.add(key);
             }
-            let delta = facts.on_event(event);
-            if !delta.changes.is_empty() || delta.synced {
-                let _ = batches.send(Batch {
-                    resource,
-                    changes: delta.changes,
-                    synced: delta.synced,
-                });
-            }
+            forward(&batches, resource, facts.on_event(event));
         });
     }
 
@@ -534,7 +530,8 @@ impl Controller {
         });
     }
 
-    /// Namespaces, cached; a namespace appearing queues its services.
+    /// Namespaces, cached: facts for the engine (a namespace being deleted
+    /// counts as gone), and a namespace appearing queues its services.
     fn watch_namespaces(
         &mut self,
         api: Api<Namespace>,
@@ -542,19 +539,28 @@ impl Controller {
     ) {
         let queue = self.queue.clone();
         let state = self.state.clone();
+        let batches = self.batches.clone();
+        let mut facts = Facts::new(Box::new(|ns: &Namespace| {
+            let present = ns.metadata.deletion_timestamp.is_none();
+            Ok(present
+                .then(|| Change::Namespace(ns.name_any().into(), true))
+                .into_iter()
+                .collect())
+        }));
         self.spawn_watch(
             api,
             watcher::Config::default(),
             "namespaces",
             Some(cache),
             move |event| {
-                if let Event::Apply(ns) = event {
+                if let Event::Apply(ns) = &event {
                     let name = ns.name_any();
                     let state = state.lock().unwrap_or_else(|e| e.into_inner());
                     for key in state.engine().keys().filter(|k| *k.namespace == *name) {
                         queue.add(key.clone());
                     }
                 }
+                forward(&batches, "namespaces", facts.on_event(event));
             },
         );
     }
@@ -792,6 +798,17 @@ impl Controller {
                     () = tokio::time::sleep(RESYNC) => {}
                 }
             }
+        });
+    }
+}
+
+/// Sends what one event of a watch meant to the engine loop, if anything.
+fn forward(batches: &mpsc::UnboundedSender<Batch>, resource: &'static str, delta: facts::Delta) {
+    if !delta.changes.is_empty() || delta.synced {
+        let _ = batches.send(Batch {
+            resource,
+            changes: delta.changes,
+            synced: delta.synced,
         });
     }
 }

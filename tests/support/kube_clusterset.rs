@@ -239,21 +239,27 @@ impl KubeClusterset {
             .unwrap_or_default()
     }
 
-    /// The MCS EndpointSlices of a service in a member: `(source cluster, addresses)`.
-    pub fn mcs_slices(&self, id: &str, ns: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {
+    /// The MCS EndpointSlices of a service in a member (those with its
+    /// `multicluster.kubernetes.io/service-name` label).
+    pub fn mcs_slice_objects(&self, id: &str, ns: &str, service: &str) -> Vec<EndpointSlice> {
         self.member(id)
             .api
             .list::<EndpointSlice>(Some(ns))
             .into_iter()
+            .filter(|s| {
+                let labels = s.metadata.labels.as_ref();
+                labels.and_then(|l| l.get("multicluster.kubernetes.io/service-name"))
+                    == Some(&service.to_owned())
+            })
+            .collect()
+    }
+
+    /// The MCS EndpointSlices of a service in a member: `(source cluster, addresses)`.
+    pub fn mcs_slices(&self, id: &str, ns: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {
+        self.mcs_slice_objects(id, ns, service)
+            .into_iter()
             .filter_map(|s| {
                 let labels = s.metadata.labels.clone().unwrap_or_default();
-                if labels
-                    .get("multicluster.kubernetes.io/service-name")
-                    .map(String::as_str)
-                    != Some(service)
-                {
-                    return None;
-                }
                 assert_eq!(
                     labels
                         .get("endpointslice.kubernetes.io/managed-by")

@@ -281,8 +281,8 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
     match change {
         Change::Delete(cluster, key, r) => (cluster, key, r.clone(), false),
         Change::Upsert(cluster, key, obj) => (cluster, key, obj.reference(), true),
-        Change::Vips(..) | Change::Live(..) => {
-            unreachable!("manifests carry no VIP agreements and no heartbeats")
+        Change::Vips(..) | Change::Live(..) | Change::Namespace(..) => {
+            unreachable!("manifests carry no VIP agreements, heartbeats or namespaces")
         }
     }
 }
@@ -320,6 +320,7 @@ mod tests {
                 Change::Delete(cl, k, o) => format!("D {cl} {k} {}", r(o)),
                 Change::Vips(k, ips) => format!("V {k} {ips:?}"),
                 Change::Live(cl, live) => format!("L {cl} {live}"),
+                Change::Namespace(ns, exists) => format!("N {ns} {exists}"),
             })
             .collect()
     }

@@ -184,6 +184,7 @@ mod tests {
                 Change::Delete(cl, k, _) => format!("D {cl} {k}"),
                 Change::Vips(k, _) => format!("V {k}"),
                 Change::Live(cl, live) => format!("L {cl} {live}"),
+                Change::Namespace(ns, _) => format!("N {ns}"),
             })
             .collect()
     }
