@@ -12,8 +12,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
+use crate::build_info;
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
 use crate::dns::DnsServer;
 use crate::engine::Engine;
@@ -134,8 +135,8 @@ impl Reconciler {
 pub struct Running {
     /// The address DNS is answered on (UDP and TCP).
     pub dns_addr: SocketAddr,
-    /// The address of `/metrics`, `/healthz` and `/readyz`, if it could be bound.
-    pub metrics_addr: Option<SocketAddr>,
+    /// The address of `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_addr: SocketAddr,
     /// The index being served (`is_synced` tells when the first load is done).
     pub index: Arc<Index>,
     shutdown: CancellationToken,
@@ -199,13 +200,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
-    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, "answering DNS (SERVFAIL until the first sync)");
+    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, version = build_info::VERSION, revision = build_info::REVISION, "answering DNS (SERVFAIL until the first sync)");
     let health = Arc::new(Health {
         index: index.clone(),
         metrics: metrics.clone(),
         max_sync_age: Duration::from_secs(args.max_sync_age),
     });
-    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await;
+    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
     let outputs = Outputs {
         index: index.clone(),
         metrics,
@@ -247,23 +248,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     })
 }
 
-/// Binds the operations listener; a failure is logged, not fatal: DNS is
-/// what clients depend on.
+/// Binds the operations listener. A failure is fatal, as for DNS: without
+/// `/healthz` and `/readyz` the kubelet's probes would kill the server later,
+/// for a reason its log no longer shows.
 async fn operations_listener(
     listen: SocketAddr,
     health: Arc<Health>,
-) -> (Option<SocketAddr>, Task) {
-    match TcpListener::bind(listen).await {
-        Ok(listener) => {
-            let addr = listener.local_addr().ok();
-            info!(listen = ?addr, "serving /metrics, /healthz and /readyz");
-            (addr, Box::pin(http::serve(listener, health)))
-        }
-        Err(e) => {
-            error!(%listen, error = %e, "cannot serve /metrics, /healthz, /readyz");
-            (None, Box::pin(std::future::pending()))
-        }
-    }
+) -> anyhow::Result<(SocketAddr, Task)> {
+    let listener = TcpListener::bind(listen).await.with_context(|| {
+        format!("cannot serve /metrics, /healthz and /readyz on {listen} (see --metrics-listen)")
+    })?;
+    let addr = listener.local_addr()?;
+    info!(listen = %addr, "serving /metrics, /healthz and /readyz");
+    Ok((addr, Box::pin(http::serve(listener, health))))
 }
 
 /// A task that runs for the life of the server.
