@@ -10,6 +10,7 @@ pub mod config_file;
 pub mod crd;
 pub mod dns;
 pub mod engine;
+pub mod explain;
 pub mod http;
 pub mod index;
 pub mod intern;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
 use clusterset_dns::config_file::{self, Invocation};
-use clusterset_dns::{crd, kubernetes, serve, status};
+use clusterset_dns::{crd, explain, kubernetes, serve, status};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
@@ -60,6 +60,7 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
         None => serve::serve(ServeArgs::default()).await?,
         Some(Command::Serve(args)) => serve::serve(args).await?,
         Some(Command::Status(args)) => print!("{}", status::render(&args)?),
+        Some(Command::Explain(args)) => print!("{}", explain::offline::render(&args)?),
         Some(Command::Check(args)) => {
             let report = match args.kubernetes.source {
                 SourceKind::Manifests => config_file::check(&args),

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -18,6 +18,7 @@ use crate::build_info;
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
 use crate::dns::DnsServer;
 use crate::engine::Engine;
+use crate::explain::shared::Published;
 use crate::http::{self, Health};
 use crate::index::Index;
 use crate::kubernetes;
@@ -38,6 +39,8 @@ pub struct Outputs {
     pub index: Arc<Index>,
     /// Metrics to keep current.
     pub metrics: Arc<Metrics>,
+    /// Where the reconciler is published for `/debug/explain`.
+    pub published: Arc<Published>,
 }
 
 /// Feeds changes through the engine into the index and keeps the VIP state file current.
@@ -103,6 +106,17 @@ impl Reconciler {
             out.index.commit();
             out.index.set_synced();
         }
+    }
+
+    /// Shares the reconciler between the source's task and the writers,
+    /// and publishes it for `/debug/explain`.
+    pub fn shared(self) -> Arc<Mutex<Self>> {
+        let published = self.outputs.as_ref().map(|o| o.published.clone());
+        let shared = Arc::new(Mutex::new(self));
+        if let Some(published) = published {
+            published.set(&shared);
+        }
+        shared
     }
 
     /// The engine, for reading results.
@@ -201,15 +215,18 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
     info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, version = build_info::VERSION, revision = build_info::REVISION, "answering DNS (SERVFAIL until the first sync)");
+    let published = Arc::new(Published::default());
     let health = Arc::new(Health {
         index: index.clone(),
         metrics: metrics.clone(),
+        published: published.clone(),
         max_sync_age: Duration::from_secs(args.max_sync_age),
     });
     let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
     let outputs = Outputs {
         index: index.clone(),
         metrics,
+        published,
     };
     let shutdown = dns.shutdown_token();
     let mut reconcile: Task = match connection {
@@ -275,7 +292,7 @@ async fn follow_manifests(
 ) -> anyhow::Result<()> {
     let metrics = outputs.metrics.clone();
     let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
-    let (mut reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let index = outputs.index.clone();
         let mut reconciler = Reconciler::new(&clusterset, Some(outputs))?;
         let mut source = ManifestSource::new(&clusterset.manifests);
@@ -284,6 +301,7 @@ async fn follow_manifests(
         Ok((reconciler, spawn_watcher(source, tx)?))
     })
     .await??;
+    let reconciler = reconciler.shared();
     metrics.source_synced(MANIFESTS, watcher.problems().len());
     loop {
         let batch = tokio::select! {
@@ -291,7 +309,10 @@ async fn follow_manifests(
             batch = rx.recv() => batch,
         };
         let Some(batch) = batch else { break };
-        reconciler.apply(batch);
+        reconciler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(batch);
         metrics.source_synced(MANIFESTS, watcher.problems().len());
     }
     warn!("manifest watcher stopped; serving the last state");
@@ -314,7 +335,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// A SOA serial that grows across restarts: seconds since the epoch.
-fn unix_serial() -> u32 {
+pub fn unix_serial() -> u32 {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -230,7 +230,7 @@ pub async fn follow(
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
-        state: Arc::new(Mutex::new(Reconciler::in_cluster(settings, outputs))),
+        state: Reconciler::in_cluster(settings, outputs).shared(),
         tasks: JoinSet::new(),
         batches,
         clusterset_ip: clusterset.clusterset_ip,
