@@ -48,7 +48,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve DNS for the clusterset described by a manifest directory.
     Serve(ServeArgs),
-    /// Print the imports and export conditions, like `kubectl get` would, and exit.
+    /// Print the imports and export conditions, like `kubectl get` would, and
+    /// exit; with `--source kubernetes`, also the broker's records (read only).
     Status(StatusArgs),
     /// Explain why a DNS name answers what it does: its import, each
     /// cluster's part, every endpoint left out and why, and the exact answer.
@@ -245,6 +246,9 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value = "text")]
     pub output: Format,
+    /// Kubernetes mode: read the API servers (read only).
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
 }
 
 /// `explain` arguments.

@@ -59,8 +59,14 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
     match command {
         None => serve::serve(ServeArgs::default()).await?,
         Some(Command::Serve(args)) => serve::serve(args).await?,
-        Some(Command::Status(args)) => print!("{}", status::render(&args)?),
-        Some(Command::Explain(args)) => print!("{}", explain::offline::render(&args)?),
+        Some(Command::Status(args)) => print!(
+            "{}",
+            match args.kubernetes.source {
+                SourceKind::Manifests => status::render(&args)?,
+                SourceKind::Kubernetes => status::render_kubernetes(&args).await?,
+            }
+        ),
+        Some(Command::Explain(args)) => print!("{}", explain::offline::render(&args).await?),
         Some(Command::Check(args)) => {
             let report = match args.kubernetes.source {
                 SourceKind::Manifests => config_file::check(&args),

@@ -44,7 +44,10 @@ fn db_clusterset() -> Clusterset {
     cs.write(
         "north",
         "db.yaml",
-        &[db(&["IPv4"]), slice("shop", "db-north", "db", &[ep("10.3.0.1")])],
+        &[
+            db(&["IPv4"]),
+            slice("shop", "db-north", "db", &[ep("10.3.0.1")]),
+        ],
     );
     cs
 }
@@ -106,7 +109,10 @@ fn explain_names_each_cluster_and_endpoint_left_out_and_why() {
     assert_eq!(endpoint_reason(&e, "east", "10.1.0.1"), "used");
     assert_eq!(endpoint_reason(&e, "east", "10.1.0.2"), "not ready");
     let v6 = endpoint_reason(&e, "east", "fd00:1::1");
-    assert!(v6.contains("IPv6 is not among the import's IP families (IPv4)"), "{v6}");
+    assert!(
+        v6.contains("IPv6 is not among the import's IP families (IPv4)"),
+        "{v6}"
+    );
 
     let south = cluster(&e, "south");
     assert_eq!(south["inImport"], true, "a port conflict keeps the cluster");
@@ -117,7 +123,12 @@ fn explain_names_each_cluster_and_endpoint_left_out_and_why() {
         .find(|c| c["type"] == "Conflict")
         .expect("a Conflict condition");
     assert_eq!(conflict["status"], "True");
-    assert!(conflict["reason"].as_str().unwrap().contains("PortConflict"));
+    assert!(
+        conflict["reason"]
+            .as_str()
+            .unwrap()
+            .contains("PortConflict")
+    );
 
     let west = cluster(&e, "west")["leftOut"].as_str().unwrap_or_default();
     assert!(west.contains("IPFamilyConflict"), "{west}");
@@ -150,7 +161,11 @@ async fn debug_explain_on_a_running_server_matches_its_dns_answers() {
     let cs = db_clusterset();
     let server = start(cs.dir(), &[]).await;
     let ops = server.running().metrics_addr;
-    let (code, body) = get(ops, "/debug/explain?name=db.shop.svc.clusterset.local&type=A").await;
+    let (code, body) = get(
+        ops,
+        "/debug/explain?name=db.shop.svc.clusterset.local&type=A",
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     let live: Value = serde_json::from_str(&body).expect("JSON");
 
@@ -166,12 +181,20 @@ async fn debug_explain_on_a_running_server_matches_its_dns_answers() {
         "offline and live explanations agree"
     );
 
-    let (code, text) = get(ops, "/debug/explain?name=db.shop.svc.clusterset.local&output=text").await;
+    let (code, text) = get(
+        ops,
+        "/debug/explain?name=db.shop.svc.clusterset.local&output=text",
+    )
+    .await;
     assert_eq!(code, 200);
     assert!(text.contains("endpoint 10.1.0.2: not ready"), "{text}");
     let (code, body) = get(ops, "/debug/explain?type=A").await;
     assert_eq!(code, 400, "{body}");
-    let (code, body) = get(ops, "/debug/explain?name=db.shop.svc.clusterset.local&type=BOGUS").await;
+    let (code, body) = get(
+        ops,
+        "/debug/explain?name=db.shop.svc.clusterset.local&type=BOGUS",
+    )
+    .await;
     assert_eq!(code, 400);
     assert!(body.contains("unknown record type \"BOGUS\""), "{body}");
     let code = query(server.addr, "x.clusterset.local.", RecordType::A)

@@ -253,7 +253,8 @@ fn clusters(engine: &Engine, key: &ServiceKey, import: Option<&Import>) -> Vec<C
                 .values()
                 .flat_map(|s| &s.endpoints)
                 .map(|e| {
-                    let used = part.is_some_and(|p| p.endpoints.contains(e)) && seen.insert(e.address);
+                    let used =
+                        part.is_some_and(|p| p.endpoints.contains(e)) && seen.insert(e.address);
                     let reason = endpoint_reason(e, used, import, left_out.as_deref(), &seen);
                     EndpointExplanation {
                         address: e.address,
@@ -352,7 +353,10 @@ fn families(list: &[IpFamily]) -> String {
     if list.is_empty() {
         return "none".to_owned();
     }
-    list.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+    list.iter()
+        .map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The response code as `dig` prints it.

@@ -41,7 +41,11 @@ pub fn render_text(e: &Explanation) -> String {
         out,
         "answer: {}{}, TTL {}",
         a.rcode,
-        if a.authoritative { " (authoritative)" } else { "" },
+        if a.authoritative {
+            " (authoritative)"
+        } else {
+            ""
+        },
         a.ttl.map_or_else(|| "-".to_owned(), |t| t.to_string())
     );
     for record in &a.answers {
@@ -61,7 +65,11 @@ fn cluster(out: &mut String, c: &ClusterExplanation, behind_vips: bool) {
         }
         None if behind_vips => out.push_str("in the import, behind the VIPs"),
         None => {
-            let _ = write!(out, "in the import, contributes {}", join(c.contributes.iter()));
+            let _ = write!(
+                out,
+                "in the import, contributes {}",
+                join(c.contributes.iter())
+            );
         }
     }
     if !c.conditions.is_empty() {
