@@ -1,5 +1,6 @@
 //! Flags of the other mode are an error, not silently ignored: a Kubernetes
-//! flag without `--source kubernetes`, or `--manifests`/`--state-file` with it.
+//! flag without `--source kubernetes`, or `--manifests`/`--state-file` with it,
+//! on the command line or set to other than its default in the `--config` file.
 //!
 //! A Kubernetes flag does not switch to Kubernetes mode by itself: that mode
 //! writes ServiceImports, EndpointSlices and a leader Lease to the clusters
@@ -40,6 +41,15 @@ pub fn check(
             .subcommand_matches(name)
             .is_some_and(|m| m.value_source(id) == Some(ValueSource::CommandLine))
     };
+    // The file may spell out a default (config/clusterset-dns.yaml lists
+    // every key): that changes nothing, so it is no error.
+    let changes_something = |arg: &clap::Arg| {
+        let id = arg.get_id().as_str();
+        on_command_line(id)
+            || sub.get_raw(id).is_some_and(|values| {
+                !values.eq(arg.get_default_values().iter().map(|d| d.as_os_str()))
+            })
+    };
     let wrong = definition.get_arguments().find(|arg| {
         let id = arg.get_id().as_str();
         let kubernetes_only = arg.get_help_heading() == Some(KUBERNETES_HEADING) && id != "source";
@@ -47,7 +57,7 @@ pub fn check(
             SourceKind::Manifests => kubernetes_only,
             SourceKind::Kubernetes => EMBEDDED_ONLY.contains(&id),
         };
-        misplaced && given(id)
+        misplaced && given(id) && changes_something(arg)
     });
     let Some(arg) = wrong else { return Ok(()) };
     let long = arg.get_long().unwrap_or_default();

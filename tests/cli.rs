@@ -158,6 +158,19 @@ fn kubernetes_flags_without_kubernetes_mode_are_an_error() {
             && stderr.contains("remove the `cluster-id` key"),
         "{stderr}"
     );
+    // A file may spell out the defaults of the other mode (as
+    // config/clusterset-dns.yaml does): they change nothing.
+    std::fs::write(
+        &config,
+        "pod-ips: true\nbroker-namespace: clusterset-broker\n",
+    )
+    .unwrap();
+    let output = run_binary(&["check", "--config", config.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]

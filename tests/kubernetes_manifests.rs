@@ -66,7 +66,10 @@ fn round_trip<K: DeserializeOwned + Serialize>(doc: &Value) -> Result<(), String
     if fields.is_empty() {
         Ok(())
     } else {
-        Err(format!("unknown or misplaced fields: {}", fields.join(", ")))
+        Err(format!(
+            "unknown or misplaced fields: {}",
+            fields.join(", ")
+        ))
     }
 }
 
@@ -122,7 +125,10 @@ fn kustomize() -> Vec<Value> {
         "kubectl kustomize {KUSTOMIZATION} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    documents(&String::from_utf8_lossy(&output.stdout), "kubectl kustomize")
+    documents(
+        &String::from_utf8_lossy(&output.stdout),
+        "kubectl kustomize",
+    )
 }
 
 #[test]
@@ -137,7 +143,10 @@ fn the_kustomization_renders_valid_objects() {
         "Deployment clusterset-dns",
         "Service clusterset-dns",
     ] {
-        assert!(kinds.iter().any(|k| k == expected), "{expected} in {kinds:?}");
+        assert!(
+            kinds.iter().any(|k| k == expected),
+            "{expected} in {kinds:?}"
+        );
     }
     let problems: Vec<String> = rendered
         .iter()
