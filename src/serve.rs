@@ -294,14 +294,18 @@ async fn follow_manifests(
     let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
     let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let index = outputs.index.clone();
-        let mut reconciler = Reconciler::new(&clusterset, Some(outputs))?;
+        // Shared (and published for /debug/explain) before the index answers.
+        let reconciler = Reconciler::new(&clusterset, Some(outputs))?.shared();
         let mut source = ManifestSource::new(&clusterset.manifests);
-        reconciler.apply_initial(source.rescan(&HashSet::new()));
+        let initial = source.rescan(&HashSet::new());
+        reconciler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply_initial(initial);
         info!(services = index.len(), "first sync done");
         Ok((reconciler, spawn_watcher(source, tx)?))
     })
     .await??;
-    let reconciler = reconciler.shared();
     metrics.source_synced(MANIFESTS, watcher.problems().len());
     loop {
         let batch = tokio::select! {

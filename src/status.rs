@@ -138,13 +138,7 @@ fn text(report: &Report<'_>) -> String {
             i.type_.as_str().to_owned(),
             list(i.ip_families.iter()),
             list(i.vips.iter()),
-            list(i.ports.iter().map(|p| {
-                let proto = p.protocol.as_deref().unwrap_or("TCP");
-                match &p.name {
-                    Some(n) => format!("{n}:{}/{proto}", p.port),
-                    None => format!("{}/{proto}", p.port),
-                }
-            })),
+            list(i.ports.iter()),
             list(i.clusters.iter().map(|c| &c.cluster)),
             i.clusters
                 .iter()
@@ -232,18 +226,23 @@ fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
 
 /// `True`, or `False (Reason)` / `True (Reason)` when the reason says more.
 fn short(c: &Condition) -> String {
-    let obvious = matches!(
-        c.reason.as_ref(),
-        "Valid" | "Ready" | "Exported" | "NoConflicts"
-    );
-    if obvious {
+    if usual_reason(c) {
         c.status_str().to_owned()
     } else {
         format!("{} ({})", c.status_str(), c.reason)
     }
 }
 
-fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
+/// Whether a condition's reason only repeats its status (`Valid`, `NoConflicts`, ...).
+pub(crate) fn usual_reason(c: &Condition) -> bool {
+    matches!(
+        c.reason.as_ref(),
+        "Valid" | "Ready" | "Exported" | "NoConflicts"
+    )
+}
+
+/// The items joined with commas, `-` for none.
+pub(crate) fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
     let parts: Vec<String> = items.map(|i| i.to_string()).collect();
     if parts.is_empty() {
         "-".into()

@@ -215,17 +215,7 @@ fn summary(import: &Import) -> ImportSummary {
         local_families: import.local_families.clone(),
         vips: import.vips.to_vec(),
         addresses: import.addresses.to_vec(),
-        ports: import
-            .ports
-            .iter()
-            .map(|p| {
-                let proto = p.protocol.as_deref().unwrap_or("TCP");
-                match &p.name {
-                    Some(n) => format!("{n}:{}/{proto}", p.port),
-                    None => format!("{}/{proto}", p.port),
-                }
-            })
-            .collect(),
+        ports: import.ports.iter().map(ToString::to_string).collect(),
         ready: (*import.ready).clone(),
     }
 }

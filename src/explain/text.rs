@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::{ClusterExplanation, Explanation};
 use crate::engine::conditions::Condition;
+use crate::status::{list, usual_reason};
 
 /// Renders `e` for a terminal.
 pub fn render_text(e: &Explanation) -> String {
@@ -22,10 +23,10 @@ pub fn render_text(e: &Explanation) -> String {
                 out,
                 "import: {}, IP families {} (served here: {}), VIPs {}, ports {}, {}",
                 i.type_.as_str(),
-                join(i.ip_families.iter().map(|f| f.as_str())),
-                join(i.local_families.iter().map(|f| f.as_str())),
-                join(i.vips.iter()),
-                join(i.ports.iter()),
+                list(i.ip_families.iter().map(|f| f.as_str())),
+                list(i.local_families.iter().map(|f| f.as_str())),
+                list(i.vips.iter()),
+                list(i.ports.iter()),
                 condition(&i.ready),
             );
         }
@@ -68,7 +69,7 @@ fn cluster(out: &mut String, c: &ClusterExplanation, behind_vips: bool) {
             let _ = write!(
                 out,
                 "in the import, contributes {}",
-                join(c.contributes.iter())
+                list(c.contributes.iter())
             );
         }
     }
@@ -94,11 +95,7 @@ fn cluster(out: &mut String, c: &ClusterExplanation, behind_vips: bool) {
 /// `Type=Status (Reason: message)`, the reason and message only when they say more.
 fn condition(c: &Condition) -> String {
     let mut text = format!("{}={}", c.type_, c.status_str());
-    let obvious = matches!(
-        c.reason.as_ref(),
-        "Valid" | "Ready" | "Exported" | "NoConflicts"
-    );
-    if !obvious {
+    if !usual_reason(c) {
         let _ = write!(text, " ({}", c.reason);
         if !c.message.is_empty() {
             let _ = write!(text, ": {}", c.message);
@@ -106,13 +103,4 @@ fn condition(c: &Condition) -> String {
         text.push(')');
     }
     text
-}
-
-fn join<T: ToString>(items: impl Iterator<Item = T>) -> String {
-    let parts: Vec<String> = items.map(|i| i.to_string()).collect();
-    if parts.is_empty() {
-        "-".to_owned()
-    } else {
-        parts.join(",")
-    }
 }
