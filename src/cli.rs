@@ -1,4 +1,4 @@
-//! Command-line interface: `serve` (the default), `status`, `check` and `crds`.
+//! Command-line interface: `serve` (the default), `status`, `explain`, `check` and `crds`.
 //!
 //! Every flag of `serve`, `status` and `check` can also come from a YAML file
 //! (`--config FILE`, see [`crate::config_file`]); parse with
@@ -49,8 +49,13 @@ pub struct Cli {
 pub enum Command {
     /// Serve DNS for the clusterset described by a manifest directory.
     Serve(ServeArgs),
-    /// Print the imports and export conditions, like `kubectl get` would, and exit.
+    /// Print the imports and export conditions, like `kubectl get` would, and
+    /// exit; with `--source kubernetes`, also the broker's records (read only).
     Status(StatusArgs),
+    /// Explain why a DNS name answers what it does: its import, each
+    /// cluster's part, every endpoint left out and why, and the exact answer.
+    /// Takes every flag of `serve` (the zone, TTL and families matter).
+    Explain(ExplainArgs),
     /// Validate a configuration (flags, `--config` file, manifest directory,
     /// VIP state file, TLS certificate and key; with `--source kubernetes`, the local and broker API
     /// servers) without serving: exit 0 when `serve` would start cleanly,
@@ -134,7 +139,8 @@ pub struct ServeArgs {
     /// Address to answer DNS on, UDP and TCP.
     #[arg(long, default_value = "0.0.0.0:5300", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
-    /// Address of the operations listener: /metrics, /healthz, /readyz.
+    /// Address of the operations listener: /metrics, /healthz, /readyz,
+    /// /debug/explain.
     #[arg(long, default_value = "0.0.0.0:9153", value_name = "ADDR:PORT")]
     pub metrics_listen: SocketAddr,
     /// /readyz fails when a source has not completed a sync for this many seconds
@@ -265,7 +271,7 @@ pub struct KubernetesArgs {
     pub pod_ips: bool,
 }
 
-/// Output format of `status`.
+/// Output format of `status` and `explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// Tables, like `kubectl get`.
@@ -288,6 +294,26 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value = "text")]
     pub output: Format,
+    /// Kubernetes mode: read the API servers (read only).
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
+}
+
+/// `explain` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The DNS name asked, such as `web.shop.svc.clusterset.local`.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The query type: A, AAAA, SRV, ... [default: A].
+    #[arg(value_name = "TYPE")]
+    pub rtype: Option<String>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "text")]
+    pub output: Format,
+    /// The server's configuration.
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 impl ServeArgs {

@@ -73,7 +73,7 @@ where
         Some((name.to_owned(), path.clone()))
     });
     let matches = match config {
-        None => first,
+        None => first.clone(),
         Some((name, path)) => {
             let file_args = file_arguments(&path, &name)
                 .map_err(|e| clap::Error::raw(ErrorKind::ValueValidation, format!("{e}\n")))?;
@@ -94,6 +94,7 @@ where
             command.try_get_matches_from_mut(merged)?
         }
     };
+    crate::mode_flags::check(&command, &first, &matches).map_err(|e| e.format(&mut command))?;
     let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
     Ok(Invocation {
         cli,

@@ -84,6 +84,17 @@ pub struct ServicePort {
     pub port: i32,
 }
 
+impl std::fmt::Display for ServicePort {
+    /// `name:port/PROTOCOL` (`port/PROTOCOL` unnamed), as `status` and `explain` print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proto = self.protocol.as_deref().unwrap_or("TCP");
+        match &self.name {
+            Some(name) => write!(f, "{name}:{}/{proto}", self.port),
+            None => write!(f, "{}/{proto}", self.port),
+        }
+    }
+}
+
 /// One cluster that exports the service behind an import.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterStatus {

@@ -1,5 +1,6 @@
 //! The operations listener: `/metrics` (Prometheus), `/healthz` (alive) and
-//! `/readyz` (first sync done and every source synced recently).
+//! `/readyz` (first sync done and every source synced recently), and
+//! `/debug/explain` (read only, see `crate::explain`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tracing::debug;
 
+use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::metrics::Metrics;
 
@@ -26,6 +28,8 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// Not ready when a source has not synced for longer than this.
     pub max_sync_age: Duration,
+    /// The reconciler, for `/debug/explain`.
+    pub published: Arc<Published>,
 }
 
 impl Health {
@@ -81,15 +85,17 @@ fn route(request: &Request<Incoming>, health: &Health) -> Response<Full<Bytes>> 
                 format!("not ready: {why}\n"),
             ),
         },
+        "/debug/explain" => crate::explain::http::reply(request.uri().query(), health),
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /healthz, /readyz\n".into(),
+            "not found: try /metrics, /healthz, /readyz, /debug/explain?name=NAME&type=TYPE\n"
+                .into(),
         ),
     }
 }
 
-fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     if let Ok(value) = content_type.parse() {

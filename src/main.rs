@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
 use clusterset_dns::config_file::{self, Invocation};
-use clusterset_dns::{crd, dns, kubernetes, serve, status};
+use clusterset_dns::{crd, dns, explain, kubernetes, serve, status};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
@@ -61,7 +61,14 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
     match command {
         None => serve::serve(ServeArgs::default()).await?,
         Some(Command::Serve(args)) => serve::serve(args).await?,
-        Some(Command::Status(args)) => print!("{}", status::render(&args)?),
+        Some(Command::Status(args)) => print!(
+            "{}",
+            match args.kubernetes.source {
+                SourceKind::Manifests => status::render(&args)?,
+                SourceKind::Kubernetes => status::render_kubernetes(&args).await?,
+            }
+        ),
+        Some(Command::Explain(args)) => print!("{}", explain::offline::render(&args).await?),
         Some(Command::Check(args)) => {
             let mut report = match args.kubernetes.source {
                 SourceKind::Manifests => config_file::check(&args),

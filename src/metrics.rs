@@ -80,6 +80,7 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Self {
         let registry = Registry::new();
+        crate::build_info::register(&registry);
         let buckets = exponential_buckets(1e-6, 4.0, 10).expect("valid buckets");
         let histogram = |name, help| HistogramOpts::from(opts(name, help)).buckets(buckets.clone());
         let dns = DnsMetrics {

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -12,11 +12,13 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
+use crate::build_info;
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
 use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
 use crate::engine::Engine;
+use crate::explain::shared::Published;
 use crate::http::{self, Health};
 use crate::index::Index;
 use crate::kubernetes;
@@ -37,6 +39,8 @@ pub struct Outputs {
     pub index: Arc<Index>,
     /// Metrics to keep current.
     pub metrics: Arc<Metrics>,
+    /// Where the reconciler is published for `/debug/explain`.
+    pub published: Arc<Published>,
 }
 
 /// Feeds changes through the engine into the index and keeps the VIP state file current.
@@ -104,6 +108,17 @@ impl Reconciler {
         }
     }
 
+    /// Shares the reconciler between the source's task and the writers,
+    /// and publishes it for `/debug/explain`.
+    pub fn shared(self) -> Arc<Mutex<Self>> {
+        let published = self.outputs.as_ref().map(|o| o.published.clone());
+        let shared = Arc::new(Mutex::new(self));
+        if let Some(published) = published {
+            published.set(&shared);
+        }
+        shared
+    }
+
     /// The engine, for reading results.
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -136,8 +151,8 @@ pub struct Running {
     pub dns_addr: SocketAddr,
     /// The address DNS over TLS is answered on, if `--tls-listen` was given.
     pub tls_addr: Option<SocketAddr>,
-    /// The address of `/metrics`, `/healthz` and `/readyz`, if it could be bound.
-    pub metrics_addr: Option<SocketAddr>,
+    /// The address of `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_addr: SocketAddr,
     /// The index being served (`is_synced` tells when the first load is done).
     pub index: Arc<Index>,
     shutdown: CancellationToken,
@@ -207,21 +222,24 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
-    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, "answering DNS (SERVFAIL until the first sync)");
+    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, version = build_info::VERSION, revision = build_info::REVISION, "answering DNS (SERVFAIL until the first sync)");
+    let published = Arc::new(Published::default());
     if let Some(listen) = tls_addr {
         info!(%listen, "answering DNS over TLS");
     }
     let health = Arc::new(Health {
         index: index.clone(),
         metrics: metrics.clone(),
+        published: published.clone(),
         max_sync_age: Duration::from_secs(args.max_sync_age),
     });
-    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await;
+    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
     let shutdown = dns.shutdown_token();
     let tls = tls.map(|tls| tls.serve(index.clone(), metrics.clone(), shutdown.clone()));
     let outputs = Outputs {
         index: index.clone(),
         metrics,
+        published,
     };
     let notifier = notify::run(
         index.clone(),
@@ -274,23 +292,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     })
 }
 
-/// Binds the operations listener; a failure is logged, not fatal: DNS is
-/// what clients depend on.
+/// Binds the operations listener. A failure is fatal, as for DNS: without
+/// `/healthz` and `/readyz` the kubelet's probes would kill the server later,
+/// for a reason its log no longer shows.
 async fn operations_listener(
     listen: SocketAddr,
     health: Arc<Health>,
-) -> (Option<SocketAddr>, Task) {
-    match TcpListener::bind(listen).await {
-        Ok(listener) => {
-            let addr = listener.local_addr().ok();
-            info!(listen = ?addr, "serving /metrics, /healthz and /readyz");
-            (addr, Box::pin(http::serve(listener, health)))
-        }
-        Err(e) => {
-            error!(%listen, error = %e, "cannot serve /metrics, /healthz, /readyz");
-            (None, Box::pin(std::future::pending()))
-        }
-    }
+) -> anyhow::Result<(SocketAddr, Task)> {
+    let listener = TcpListener::bind(listen).await.with_context(|| {
+        format!("cannot serve /metrics, /healthz and /readyz on {listen} (see --metrics-listen)")
+    })?;
+    let addr = listener.local_addr()?;
+    info!(listen = %addr, "serving /metrics, /healthz and /readyz");
+    Ok((addr, Box::pin(http::serve(listener, health))))
 }
 
 /// A task that runs for the life of the server.
@@ -305,11 +319,16 @@ async fn follow_manifests(
 ) -> anyhow::Result<()> {
     let metrics = outputs.metrics.clone();
     let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
-    let (mut reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let index = outputs.index.clone();
-        let mut reconciler = Reconciler::new(&clusterset, Some(outputs))?;
+        // Shared (and published for /debug/explain) before the index answers.
+        let reconciler = Reconciler::new(&clusterset, Some(outputs))?.shared();
         let mut source = ManifestSource::new(&clusterset.manifests);
-        reconciler.apply_initial(source.rescan(&HashSet::new()));
+        let initial = source.rescan(&HashSet::new());
+        reconciler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply_initial(initial);
         info!(services = index.len(), "first sync done");
         Ok((reconciler, spawn_watcher(source, tx)?))
     })
@@ -321,7 +340,10 @@ async fn follow_manifests(
             batch = rx.recv() => batch,
         };
         let Some(batch) = batch else { break };
-        reconciler.apply(batch);
+        reconciler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(batch);
         metrics.source_synced(MANIFESTS, watcher.problems().len());
     }
     warn!("manifest watcher stopped; serving the last state");

@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::cli::{Format, StatusArgs};
+use crate::cli::{ClustersetArgs, Format, StatusArgs};
 use crate::engine::conditions::{CONFLICT, Condition, READY, VALID};
-use crate::engine::ports::port_text;
-use crate::engine::{ExportStatus, Import};
+use crate::engine::{Engine, ExportStatus, Import};
+use crate::kubernetes::snapshot::{self, BrokerView};
 use crate::model::ServiceKey;
 use crate::serve::Reconciler;
 use crate::source::manifests::ManifestSource;
@@ -19,6 +19,9 @@ struct Report<'a> {
     service_imports: Vec<ImportRow<'a>>,
     service_exports: Vec<ExportRow<'a>>,
     problems: Vec<String>,
+    /// Kubernetes mode: the broker's records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broker: Option<&'a BrokerView>,
 }
 
 #[derive(Serialize)]
@@ -37,19 +40,48 @@ struct ExportRow<'a> {
     status: &'a ExportStatus,
 }
 
-/// Loads the clusterset once and renders its imports, export conditions and
-/// manifest problems. Reads the VIP state file but never writes it.
+/// Loads the manifest directory once and renders its imports, export
+/// conditions and manifest problems. Reads the VIP state file but never writes it.
 pub fn render(args: &StatusArgs) -> anyhow::Result<String> {
-    let manifests = &args.clusterset.manifests;
+    let (reconciler, problems) = load_manifests(&args.clusterset)?;
+    report(reconciler.engine(), problems, None, args.output)
+}
+
+/// Reads the local API server and the broker once (read only) and renders
+/// this member's imports and export conditions, and the broker's records.
+pub async fn render_kubernetes(args: &StatusArgs) -> anyhow::Result<String> {
+    let snapshot = snapshot::take(&args.kubernetes, &args.clusterset).await?;
+    report(
+        &snapshot.engine,
+        snapshot.problems,
+        Some(&snapshot.broker),
+        args.output,
+    )
+}
+
+/// The manifest directory reconciled once, by a reconciler that writes
+/// nothing, and the problems of its files.
+pub fn load_manifests(clusterset: &ClustersetArgs) -> anyhow::Result<(Reconciler, Vec<String>)> {
+    let manifests = &clusterset.manifests;
     anyhow::ensure!(
         manifests.is_dir(),
         "manifest directory {} does not exist",
         manifests.display()
     );
-    let mut reconciler = Reconciler::new(&args.clusterset, None)?;
+    let mut reconciler = Reconciler::new(clusterset, None)?;
     let mut source = ManifestSource::new(manifests);
     reconciler.apply_initial(source.rescan(&HashSet::new()));
-    let aggregates = reconciler.engine().aggregates();
+    let problems = source.problems().iter().map(ToString::to_string).collect();
+    Ok((reconciler, problems))
+}
+
+fn report(
+    engine: &Engine,
+    problems: Vec<String>,
+    broker: Option<&BrokerView>,
+    format: Format,
+) -> anyhow::Result<String> {
+    let aggregates = engine.aggregates();
     let report = Report {
         service_imports: aggregates
             .iter()
@@ -73,9 +105,10 @@ pub fn render(args: &StatusArgs) -> anyhow::Result<String> {
                 })
             })
             .collect(),
-        problems: source.problems().iter().map(ToString::to_string).collect(),
+        problems,
+        broker,
     };
-    Ok(match args.output {
+    Ok(match format {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Text => text(&report),
     })
@@ -105,13 +138,13 @@ fn text(report: &Report<'_>) -> String {
             i.type_.as_str().to_owned(),
             list(i.ip_families.iter()),
             list(i.vips.iter()),
-            list(i.ports.iter().map(port_text)),
+            list(i.ports.iter()),
             // A cluster backing only some of the ports lists those it backs.
             list(i.clusters.iter().map(|c| {
                 if c.ports.len() == i.ports.len() {
                     c.cluster.to_string()
                 } else {
-                    let backed: Vec<String> = c.ports.iter().map(port_text).collect();
+                    let backed: Vec<String> = c.ports.iter().map(ToString::to_string).collect();
                     format!("{}({})", c.cluster, backed.join(" "))
                 }
             })),
@@ -156,6 +189,10 @@ fn text(report: &Report<'_>) -> String {
     out += &table(&imports);
     out += "\n";
     out += &table(&exports);
+    if let Some(broker) = report.broker {
+        out += "\n";
+        out += &broker_tables(broker);
+    }
     if !report.problems.is_empty() {
         out += "\nPROBLEMS\n";
         for p in &report.problems {
@@ -165,24 +202,55 @@ fn text(report: &Report<'_>) -> String {
     out
 }
 
+/// The broker's export records, VIP records and VIP claims.
+fn broker_tables(broker: &BrokerView) -> String {
+    let mut records = vec![row(["BROKER", "NAMESPACE", "NAME", "CLUSTER / VIPS"])];
+    for r in &broker.export_records {
+        records.push(vec![
+            "export".into(),
+            r.namespace.clone(),
+            r.name.clone(),
+            r.cluster.clone(),
+        ]);
+    }
+    for r in &broker.vip_records {
+        records.push(vec![
+            "vips".into(),
+            r.namespace.clone(),
+            r.name.clone(),
+            list(r.vips.iter()),
+        ]);
+    }
+    let mut claims = vec![row(["VIP-CLAIM", "SERVICE"])];
+    for c in &broker.vip_claims {
+        claims.push(vec![c.address.clone(), c.service.clone()]);
+    }
+    table(&records) + "\n" + &table(&claims)
+}
+
 fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
     cells.iter().map(|c| (*c).to_owned()).collect()
 }
 
 /// `True`, or `False (Reason)` / `True (Reason)` when the reason says more.
 fn short(c: &Condition) -> String {
-    let obvious = matches!(
-        c.reason.as_ref(),
-        "Valid" | "Ready" | "Exported" | "NoConflicts"
-    );
-    if obvious {
+    if usual_reason(c) {
         c.status_str().to_owned()
     } else {
         format!("{} ({})", c.status_str(), c.reason)
     }
 }
 
-fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
+/// Whether a condition's reason only repeats its status (`Valid`, `NoConflicts`, ...).
+pub(crate) fn usual_reason(c: &Condition) -> bool {
+    matches!(
+        c.reason.as_ref(),
+        "Valid" | "Ready" | "Exported" | "NoConflicts"
+    )
+}
+
+/// The items joined with commas, `-` for none.
+pub(crate) fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
     let parts: Vec<String> = items.map(|i| i.to_string()).collect();
     if parts.is_empty() {
         "-".into()

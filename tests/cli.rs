@@ -141,3 +141,83 @@ async fn serve_answers_for_the_demo() {
         Outcome::NxDomain
     );
 }
+
+/// stderr of a run that must fail with clap's usage status (2).
+fn usage_error(args: &[&str]) -> String {
+    let output = run_binary(args);
+    assert_eq!(output.status.code(), Some(2), "{args:?} must be refused");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn kubernetes_flags_without_kubernetes_mode_are_an_error() {
+    let stderr = usage_error(&[
+        "serve",
+        "--kubeconfig",
+        "/nowhere",
+        "--broker-kubeconfig",
+        "/x",
+    ]);
+    assert!(
+        stderr.contains("--kubeconfig is a flag of Kubernetes mode")
+            && stderr.contains("add --source kubernetes"),
+        "{stderr}"
+    );
+    let (dir, _) = scratch_state();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(&config, "cluster-id: east\n").unwrap();
+    let stderr = usage_error(&["check", "--config", config.to_str().unwrap()]);
+    assert!(
+        stderr.contains("`cluster-id` in the --config file is a flag of Kubernetes mode")
+            && stderr.contains("remove the `cluster-id` key"),
+        "{stderr}"
+    );
+    // A file may spell out the defaults of the other mode (as
+    // config/clusterset-dns.yaml does): they change nothing.
+    std::fs::write(
+        &config,
+        "pod-ips: true\nbroker-namespace: clusterset-broker\n",
+    )
+    .unwrap();
+    let output = run_binary(&["check", "--config", config.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn manifest_flags_in_kubernetes_mode_are_an_error() {
+    for flag in ["--manifests", "--state-file"] {
+        let stderr = usage_error(&["serve", "--source", "kubernetes", flag, "config/demo"]);
+        assert!(
+            stderr.contains(&format!("{flag} has no effect with --source kubernetes")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_metrics_port_taken_is_a_start_up_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = taken.local_addr().unwrap().to_string();
+    let (_dir, state) = scratch_state();
+    let output = run_binary(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        &port,
+        "--state-file",
+        &state,
+    ]);
+    assert_eq!(output.status.code(), Some(1), "the server must not run on");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot serve /metrics, /healthz and /readyz on {port}"
+        )) && stderr.contains("--metrics-listen"),
+        "{stderr}"
+    );
+}

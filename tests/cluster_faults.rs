@@ -56,7 +56,7 @@ async fn until_answered(set: &KubeClusterset, id: &str, name: &str, expected: Ou
 
 /// `clusterset_dns_cluster_live{cluster}` as a member's first replica sees it.
 async fn live(set: &KubeClusterset, id: &str, cluster: &str) -> f64 {
-    let ops = set.member(id).servers[0].running().metrics_addr.unwrap();
+    let ops = set.member(id).servers[0].running().metrics_addr;
     scrape(
         ops,
         &format!("clusterset_dns_cluster_live{{cluster=\"{cluster}\"}}"),

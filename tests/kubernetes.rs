@@ -830,10 +830,7 @@ async fn faults_keep_last_answers_and_converge_after_recovery() {
     set.broker.cut_watches();
     set.apply("east", svc("cart", "10.1.0.12"));
     served_everywhere(&set, "cart.shop.svc.clusterset.local.").await;
-    let ops = set.member("north").servers[0]
-        .running()
-        .metrics_addr
-        .expect("bound");
+    let ops = set.member("north").servers[0].running().metrics_addr;
     eventually_within(CONVERGE, "north counted a broker watch restart", true, || async {
         let restarts = |resource: &'static str| async move {
             let series = format!("clusterset_dns_watch_restarts_total{{resource=\"{resource}\",source=\"{resource}\"}}");
@@ -913,7 +910,7 @@ async fn faults_keep_last_answers_and_converge_after_recovery() {
 async fn east_leading(set: &KubeClusterset) -> Vec<u8> {
     let mut leading = Vec::new();
     for server in &set.member("east").servers {
-        let addr = server.running().metrics_addr.unwrap();
+        let addr = server.running().metrics_addr;
         leading.push(scrape(addr, "clusterset_dns_leader").await as u8);
     }
     leading
@@ -954,9 +951,9 @@ async fn one_replica_leads_and_hands_over_on_shutdown() {
         )
     };
     let east = &set.member("east").servers;
-    let follower = east[1 - first].running().metrics_addr.unwrap();
+    let follower = east[1 - first].running().metrics_addr;
     eventually_within(CONVERGE, "the leader writes", true, || async {
-        writes(east[first].running().metrics_addr.unwrap()).await >= 1.0
+        writes(east[first].running().metrics_addr).await >= 1.0
     })
     .await;
     assert_eq!(writes(follower).await, 0.0, "the follower does not");
@@ -991,10 +988,7 @@ async fn one_replica_leads_and_hands_over_on_shutdown() {
 async fn readiness_follows_the_broker() {
     let set = KubeClusterset::start_with(&[("east", "IPv4")], &["--max-sync-age", "2"]).await;
     set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
-    let ops = set.member("east").servers[0]
-        .running()
-        .metrics_addr
-        .unwrap();
+    let ops = set.member("east").servers[0].running().metrics_addr;
     let ready = || async { get(ops, "/readyz").await.0 };
     eventually_within(CONVERGE, "ready", 200, ready).await;
     eventually_within(CONVERGE, "east answers", true, || async {

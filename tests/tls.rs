@@ -325,7 +325,7 @@ async fn kdig_over_tls_gets_what_tcp_gets() {
     ])
     .await;
     assert!(!refused.contains("ANSWER SECTION"), "{refused}");
-    let metrics = server.running().metrics_addr.expect("metrics listener");
+    let metrics = server.running().metrics_addr;
     let handshakes = scrape(metrics, "clusterset_dns_tls_handshakes_total").await;
     assert_eq!(handshakes, questions.len() as f64);
     let failed = wait_for_metric(metrics, "clusterset_dns_tls_handshake_failures_total", 1.0).await;
@@ -416,7 +416,7 @@ async fn a_rotated_certificate_is_served_without_restart() {
     let mut pki = Pki::new();
     let first = pki.issue("first", 101);
     let (server, tls) = start_tls(&pki).await;
-    let metrics = server.running().metrics_addr.expect("metrics listener");
+    let metrics = server.running().metrics_addr;
     let mut open = connect(&pki, tls).await;
     assert_eq!(presented(&open), first);
 
@@ -580,7 +580,7 @@ async fn unbound_forwards_over_tls() {
     assert_eq!(addresses, direct, "through unbound over TLS: {through:?}");
     let nxdomain = ask_resolver(&unbound, &svc("nope.shop")).await;
     assert_eq!(nxdomain.metadata.response_code, ResponseCode::NXDomain);
-    let metrics = server.running().metrics_addr.expect("metrics listener");
+    let metrics = server.running().metrics_addr;
     assert!(scrape(metrics, "clusterset_dns_tls_handshakes_total").await >= 1.0);
     assert_eq!(
         scrape(

@@ -216,7 +216,7 @@ async fn axfr_holds_exactly_what_queries_answer() {
     assert_eq!(kinds, 18, "every positive sample question was checked");
     assert_eq!(
         scrape(
-            server.running().metrics_addr.unwrap(),
+            server.running().metrics_addr,
             "clusterset_dns_zone_transfers_total{result=\"full\",type=\"AXFR\"}"
         )
         .await,
@@ -268,7 +268,7 @@ async fn ixfr_answers_the_soa_when_current_else_the_whole_zone() {
 async fn transfers_are_refused_outside_the_allowed_networks() {
     let cs = shop();
     let server = start(cs.dir(), &["--transfer-allow", "10.0.0.0/8"]).await;
-    let metrics = server.running().metrics_addr.unwrap();
+    let metrics = server.running().metrics_addr;
     for ixfr in [None, Some(1)] {
         let refused = transfer(server.addr, ZONE, ixfr).await;
         assert_eq!(refused.code(), ResponseCode::Refused);
@@ -492,7 +492,7 @@ async fn knot_secondary_mirrors_the_zones_and_follows_notify() {
     println!(
         "edit -> primary answers: {on_primary:?}; edit -> Knot secondary answers (NOTIFY, IXFR): {on_secondary:?}"
     );
-    let metrics = server.running().metrics_addr.unwrap();
+    let metrics = server.running().metrics_addr;
     assert!(
         scrape(
             metrics,
@@ -597,7 +597,7 @@ async fn notify_is_retried_until_a_matching_response() {
     secondary.send_to(&[0xde, 0xad, 0xbe], from).await.unwrap();
     secondary.send_to(&reply(&first), from).await.unwrap();
     secondary.send_to(&reply(&second), from).await.unwrap();
-    let metrics = server.running().metrics_addr.unwrap();
+    let metrics = server.running().metrics_addr;
     let series = |result: &str| format!("clusterset_dns_notifies_total{{result=\"{result}\"}}");
     let acknowledged = series("acknowledged");
     eventually("acknowledged", 1.0, || scrape(metrics, &acknowledged)).await;

@@ -17,7 +17,9 @@ pub mod objects;
 pub mod observed;
 pub mod owned;
 pub mod queue;
+pub mod readers;
 pub mod slices;
+pub mod snapshot;
 pub mod vip_claims;
 pub mod writer;
 
@@ -50,13 +52,11 @@ use crate::config_file::CheckReport;
 use crate::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::engine::{EngineSettings, VipSource};
 use crate::metrics::Metrics;
-use crate::model::{Change, ClusterId, ExportAge, Object, ServiceKey};
+use crate::model::{Change, ClusterId, ServiceKey};
 use crate::serve::{Outputs, Reconciler};
-use crate::source::convert;
 use facts::{Facts, Reader};
 use heartbeat::{Heartbeat, Liveness};
 use lease::Candidate;
-use objects::Role;
 use owned::Owned;
 use queue::WorkQueue;
 use vip_claims::VipClaims;
@@ -236,7 +236,7 @@ pub async fn follow(
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
-        state: Arc::new(Mutex::new(Reconciler::in_cluster(settings, outputs))),
+        state: Reconciler::in_cluster(settings, outputs).shared(),
         tasks: JoinSet::new(),
         batches,
         clusterset_ip: clusterset.clusterset_ip,
@@ -335,20 +335,15 @@ impl Controller {
         let broker_ns = self.args.broker_namespace.clone();
         let labelled = watcher::Config::default().labels(crate::crd::LABEL_SERVICE_NAME);
 
-        let me = cluster.clone();
         self.facts::<Service>(
             Api::all(local.clone()),
             watcher::Config::default(),
             "services",
             None,
             None,
-            Box::new(move |svc| {
-                let (key, object) = convert::service(svc).map_err(|e| e.to_string())?;
-                Ok(vec![Change::Upsert(me.clone(), key, object)])
-            }),
+            readers::services(cluster.clone()),
         );
 
-        let me = cluster.clone();
         let (local_exports, writer) = reflector::store();
         self.facts::<ServiceExport>(
             Api::all(local.clone()),
@@ -356,31 +351,18 @@ impl Controller {
             "serviceexports",
             Some(writer),
             None,
-            Box::new(move |export| {
-                let observed = ExportAge { created: 0, seq: 0 };
-                let (key, object) =
-                    convert::service_export(export, observed).map_err(|e| e.to_string())?;
-                Ok(vec![Change::Upsert(me.clone(), key, object)])
-            }),
+            readers::service_exports(cluster.clone()),
         );
 
-        let me = cluster.clone();
         self.facts::<EndpointSlice>(
             Api::all(local.clone()),
             labelled,
             "endpointslices",
             None,
             None,
-            Box::new(move |slice| {
-                if convert::is_imported_slice(slice) {
-                    return Ok(Vec::new());
-                }
-                let (key, object) = convert::endpoint_slice(slice).map_err(|e| e.to_string())?;
-                Ok(vec![Change::Upsert(me.clone(), key, object)])
-            }),
+            readers::endpoint_slices(cluster.clone()),
         );
 
-        let me = cluster.clone();
         let (broker_imports, writer) = reflector::store();
         self.facts::<ServiceImport>(
             Api::namespaced(broker.clone(), &broker_ns),
@@ -388,32 +370,9 @@ impl Controller {
             "broker/serviceimports",
             Some(writer),
             None,
-            Box::new(move |record| match objects::role(record) {
-                Some(Role::Export) => {
-                    let (key, from, export, service) =
-                        objects::read_export_record(record).map_err(|e| e.to_string())?;
-                    if from == me {
-                        return Ok(Vec::new());
-                    }
-                    Ok(vec![
-                        Change::Upsert(from.clone(), key.clone(), Object::Export(Arc::new(export))),
-                        Change::Upsert(from, key, Object::Service(Arc::new(service))),
-                    ])
-                }
-                Some(Role::Import) => {
-                    let Some((key, _)) = objects::labelled_service(&record.metadata) else {
-                        return Err(format!(
-                            "VIP record {} has no service labels",
-                            record.name_any()
-                        ));
-                    };
-                    Ok(vec![Change::Vips(key, objects::record_vips(record))])
-                }
-                None => Ok(Vec::new()),
-            }),
+            readers::broker_records(cluster.clone()),
         );
 
-        let me = cluster.clone();
         let (broker_slices, writer) = reflector::store();
         let broker_owned = Arc::new(Owned::default());
         let mine = cluster.clone();
@@ -426,17 +385,7 @@ impl Controller {
                 broker_owned.clone(),
                 Box::new(move |s: &EndpointSlice| source_cluster(s) == Some(&*mine)),
             )),
-            Box::new(move |slice| {
-                if source_cluster(slice) == Some(&*me) {
-                    return Ok(Vec::new());
-                }
-                let (key, from, info) = objects::read_slice(slice).map_err(|e| e.to_string())?;
-                Ok(vec![Change::Upsert(
-                    from,
-                    key,
-                    Object::Slice(slice.name_any().into(), info),
-                )])
-            }),
+            readers::broker_slices(cluster.clone()),
         );
 
         let (local_imports, writer) = reflector::store();

@@ -171,6 +171,29 @@ impl VipClaims {
         Err(ClaimError::Exhausted(family))
     }
 
+    /// Every claim: (address, the `<namespace>/<name>` holding it), read only.
+    pub async fn list(&self) -> Result<Vec<(String, String)>, kube::Error> {
+        let claims = self
+            .claims
+            .list(&ListParams::default().labels(&format!("{LABEL_CLAIM}=true")))
+            .await?;
+        Ok(claims
+            .items
+            .iter()
+            .map(|claim| {
+                let field = |f: &str| {
+                    claim
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get(f))
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                (field("address"), claim_holder(claim).unwrap_or_default())
+            })
+            .collect())
+    }
+
     /// Deletes the VIP record of `key` and the claims it held (after the last export went).
     pub async fn release(&self, key: &ServiceKey) -> Result<(), kube::Error> {
         let name = objects::vip_record_name(key);

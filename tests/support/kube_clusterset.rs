@@ -169,6 +169,28 @@ impl KubeClusterset {
         }
     }
 
+    /// The flags that point a command (`status`, `explain`) at member `id`
+    /// and the broker, as its replicas are pointed.
+    pub fn flags(&self, id: &str) -> Vec<String> {
+        let member = self.member(id);
+        [
+            "--source",
+            "kubernetes",
+            "--cluster-id",
+            &member.id,
+            "--kubeconfig",
+            &member.kubeconfig.display().to_string(),
+            "--broker-kubeconfig",
+            &self.broker_kubeconfig.display().to_string(),
+            "--broker-namespace",
+            BROKER_NAMESPACE,
+            "--ip-families",
+            &member.families,
+        ]
+        .map(str::to_owned)
+        .into()
+    }
+
     /// The member with this id.
     pub fn member(&self, id: &str) -> &Member {
         self.members

@@ -1,0 +1,188 @@
+//! config/kubernetes renders (`kubectl kustomize`) and every object in it,
+//! and in the manifests applied on their own, is a valid object of its kind:
+//! it deserializes into the k8s-openapi type and survives the round trip
+//! whole, so a typo'd or misplaced field is caught here rather than by
+//! `kubectl apply` in a cluster.
+
+use std::path::Path;
+use std::process::Command;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Serialize;
+use serde::de::{Deserialize, DeserializeOwned};
+use serde_json::Value;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const KUSTOMIZATION: &str = "config/kubernetes";
+/// The manifests the kustomization leaves out, applied on their own (see
+/// its comments).
+const STANDALONE: [&str; 3] = [
+    "config/kubernetes/rbac-broker.yaml",
+    "config/kubernetes/endpointslice-policy.yaml",
+    "config/kubernetes/manifests-demo.yaml",
+];
+
+fn documents(yaml: &str, what: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{what}: not YAML: {e}")))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// The fields of `original` that `parsed` lost or changed, as paths.
+fn lost(original: &Value, parsed: &Value, path: &str, out: &mut Vec<String>) {
+    match (original, parsed) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                match b.get(key) {
+                    Some(other) => lost(value, other, &format!("{path}.{key}"), out),
+                    None if value.is_null() => {}
+                    None => out.push(format!("{path}.{key}")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                lost(x, y, &format!("{path}[{i}]"), out);
+            }
+        }
+        (a, b) if a == b => {}
+        _ => out.push(format!("{path} (value changed)")),
+    }
+}
+
+fn round_trip<K: DeserializeOwned + Serialize>(doc: &Value) -> Result<(), String> {
+    let object: K = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+    let parsed = serde_json::to_value(&object).map_err(|e| e.to_string())?;
+    let mut fields = Vec::new();
+    lost(doc, &parsed, "", &mut fields);
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "unknown or misplaced fields: {}",
+            fields.join(", ")
+        ))
+    }
+}
+
+/// Checks one object against the schema of its kind.
+fn check(doc: &Value) -> Result<(), String> {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    match (api_version, kind) {
+        ("v1", "Namespace") => round_trip::<Namespace>(doc),
+        ("v1", "ServiceAccount") => round_trip::<ServiceAccount>(doc),
+        ("v1", "ConfigMap") => round_trip::<ConfigMap>(doc),
+        ("v1", "Secret") => round_trip::<Secret>(doc),
+        ("v1", "Service") => round_trip::<Service>(doc),
+        ("apps/v1", "Deployment") => round_trip::<Deployment>(doc),
+        ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            round_trip::<ClusterRoleBinding>(doc)
+        }
+        ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<Role>(doc),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<RoleBinding>(doc),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            round_trip::<CustomResourceDefinition>(doc)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            round_trip::<ValidatingAdmissionPolicy>(doc)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            round_trip::<ValidatingAdmissionPolicyBinding>(doc)
+        }
+        _ => Err(format!(
+            "no schema known for {api_version} {kind}: add its k8s-openapi type here"
+        )),
+    }
+}
+
+fn name(doc: &Value) -> String {
+    format!(
+        "{} {}",
+        doc["kind"].as_str().unwrap_or("?"),
+        doc["metadata"]["name"].as_str().unwrap_or("?")
+    )
+}
+
+fn kustomize() -> Vec<Value> {
+    let output = Command::new("kubectl")
+        .args(["kustomize", KUSTOMIZATION])
+        .current_dir(ROOT)
+        .output()
+        .expect("kubectl runs (.ci/run installs it)");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {KUSTOMIZATION} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    documents(
+        &String::from_utf8_lossy(&output.stdout),
+        "kubectl kustomize",
+    )
+}
+
+#[test]
+fn the_kustomization_renders_valid_objects() {
+    let rendered = kustomize();
+    let mut kinds: Vec<String> = rendered.iter().map(name).collect();
+    kinds.sort();
+    for expected in [
+        "Namespace clusterset-dns",
+        "CustomResourceDefinition serviceexports.multicluster.x-k8s.io",
+        "CustomResourceDefinition serviceimports.multicluster.x-k8s.io",
+        "Deployment clusterset-dns",
+        "Service clusterset-dns",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == expected),
+            "{expected} in {kinds:?}"
+        );
+    }
+    let problems: Vec<String> = rendered
+        .iter()
+        .filter_map(|doc| check(doc).err().map(|e| format!("{}: {e}", name(doc))))
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn the_standalone_manifests_are_valid_objects() {
+    for file in STANDALONE {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(file)).expect(file);
+        let docs = documents(&text, file);
+        assert!(!docs.is_empty(), "{file} is empty");
+        for doc in &docs {
+            if let Err(e) = check(doc) {
+                panic!("{file}: {}: {e}", name(doc));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_typo_in_a_deployment_is_caught() {
+    let mut deployment = kustomize()
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert_eq!(check(&deployment), Ok(()));
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolice"] =
+        Value::from("Always");
+    let error = check(&deployment).unwrap_err();
+    assert!(
+        error.contains(".spec.template.spec.containers[0].imagePullPolice"),
+        "{error}"
+    );
+    deployment["spec"]["replicas"] = Value::from("two");
+    assert!(check(&deployment).is_err(), "a string where a number goes");
+}
