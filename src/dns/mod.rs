@@ -2,6 +2,9 @@
 //! UDP and TCP. Knows DNS, knows nothing of Kubernetes.
 
 mod answer;
+mod encode;
+mod log_limit;
+mod question;
 mod response;
 mod server;
 mod tcp;

@@ -1,27 +1,22 @@
-//! Builds and encodes whole responses, for UDP and TCP alike, with
-//! hickory-proto's encoder (which truncates and sets TC when a size is set).
+//! Builds and encodes whole responses, for UDP and TCP alike (see `encode`
+//! for how they are cut to the client's size).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hickory_proto::ProtoError;
-use hickory_proto::op::{Edns, Metadata, OpCode, ResponseCode};
-use hickory_proto::rr::Record;
-use hickory_proto::serialize::binary::BinEncoder;
-use hickory_server::zone_handler::{
-    MessageRequest, MessageResponse, MessageResponseBuilder, Queries,
-};
-
-use std::net::SocketAddr;
-
-use hickory_proto::op::{Header, MessageType};
+use hickory_proto::op::{Edns, Header, MessageType, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::RecordType;
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
+use hickory_server::zone_handler::Queries;
 use tracing::debug;
 
-use super::answer::{Answer, answer};
-use crate::index::Index;
+use super::answer::{Answer, answer, transfer_over_udp};
+use super::encode::Sections;
+use super::question;
+use crate::index::{CacheSlot, Index};
 
 /// Largest UDP response advertised and sent (the DNS flag day 2020 size).
 pub const MAX_UDP_PAYLOAD: u16 = 1232;
@@ -31,31 +26,33 @@ pub struct Response {
     metadata: Metadata,
     answer: Answer,
     edns: Option<Edns>,
+    udp_limit: u16,
 }
-
-/// The message type hickory-server sends for a [`Response`].
-pub type Message<'q> = MessageResponse<
-    'q,
-    'q,
-    std::slice::Iter<'q, Record>,
-    std::slice::Iter<'q, Record>,
-    std::iter::Empty<&'q Record>,
-    std::iter::Empty<&'q Record>,
->;
 
 impl Response {
     /// Answers a request: one question of opcode QUERY, EDNS version 0 at most.
-    pub fn new(index: &Index, request: &MessageRequest) -> Self {
+    pub fn new(index: &Index, request: &Request) -> Self {
+        // Our OPT advertises our own limit (RFC 6891 §6.2.5) and copies the
+        // DO bit (RFC 3225 §3).
         let edns = request.edns.as_ref().map(|asked| {
             let mut edns = Edns::new();
-            edns.set_max_payload(asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
+            edns.set_max_payload(MAX_UDP_PAYLOAD);
+            edns.set_dnssec_ok(asked.flags().dnssec_ok);
             edns
         });
+        let udp_limit = request
+            .edns
+            .as_ref()
+            .map_or(512, |asked| asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
+        let udp = request.protocol() == Protocol::Udp;
         let answer = match request.queries.queries() {
             _ if request.edns.as_ref().is_some_and(|e| e.version() > 0) => {
                 Answer::code(ResponseCode::BADVERS)
             }
             _ if request.metadata.op_code != OpCode::Query => Answer::code(ResponseCode::NotImp),
+            [query] if udp && matches!(query.query_type(), RecordType::AXFR | RecordType::IXFR) => {
+                transfer_over_udp(index, query.name(), query.query_type())
+            }
             [query] => answer(index, query.name(), query.query_type(), query.query_class()),
             _ => Answer::code(ResponseCode::FormErr),
         };
@@ -66,6 +63,7 @@ impl Response {
             metadata,
             answer,
             edns,
+            udp_limit,
         }
     }
 
@@ -76,38 +74,39 @@ impl Response {
 
     /// The largest UDP response the client accepts.
     pub fn udp_limit(&self) -> u16 {
-        self.edns.as_ref().map_or(512, Edns::max_payload)
+        self.udp_limit
     }
 
-    /// The message, with or without its EDNS record.
-    pub fn message<'q>(&'q self, queries: &'q Queries, with_edns: bool) -> Message<'q> {
-        let edns = self.edns.as_ref().filter(|_| with_edns);
-        MessageResponseBuilder::new(queries, edns).build(
-            self.metadata,
-            self.answer.answers.iter(),
-            self.answer.authority.iter(),
-            std::iter::empty(),
-            std::iter::empty(),
-        )
+    /// Whether the response carries an OPT record (the query had EDNS).
+    pub fn has_edns(&self) -> bool {
+        self.edns.is_some()
     }
 
-    /// Encodes the message into at most `max_size` bytes (TC set when cut).
+    /// Encodes the response, with or without its OPT record, into at most
+    /// `max_size` bytes (whole records only, TC set when some were left out).
+    /// The question is re-encoded from the parsed one, in the case asked.
     pub fn encode(
         &self,
         queries: &Queries,
         with_edns: bool,
         max_size: u16,
     ) -> Result<Vec<u8>, ProtoError> {
-        let mut bytes = Vec::with_capacity(512);
-        let mut encoder = BinEncoder::new(&mut bytes);
-        encoder.set_max_size(max_size);
-        self.message(queries, with_edns)
-            .destructive_emit(&mut encoder)?;
-        Ok(bytes)
+        let query = match queries.queries() {
+            [query] => Some(query.original()),
+            _ => None,
+        };
+        Sections {
+            metadata: self.metadata,
+            query,
+            answers: &self.answer.answers,
+            authority: &self.answer.authority,
+            edns: self.edns.as_ref().filter(|_| with_edns),
+        }
+        .encode(max_size)
     }
 
     /// What was answered, for metrics.
-    pub fn outcome(&self, request: &MessageRequest) -> Outcome {
+    pub fn outcome(&self, request: &Request) -> Outcome {
         let rtype = request.queries.queries().first().map(|q| q.query_type());
         Outcome {
             rtype,
@@ -115,16 +114,18 @@ impl Response {
         }
     }
 
-    /// The full response without EDNS, to cache for the same question: an
-    /// authoritative answer (records, NODATA or NXDOMAIN), nothing else.
-    pub fn cacheable(&self, queries: &Queries) -> Option<Arc<[u8]>> {
+    /// The full response without EDNS, to cache for the same question, and
+    /// where: an authoritative answer (records, NODATA or NXDOMAIN) only.
+    pub fn cacheable(&self, queries: &Queries) -> Option<(&CacheSlot, Arc<[u8]>)> {
         let code = self.answer.code;
+        let slot = self.answer.slot.as_ref()?;
         let authoritative = self.answer.authoritative
             && matches!(code, ResponseCode::NoError | ResponseCode::NXDomain);
         if !authoritative {
             return None;
         }
-        self.encode(queries, false, u16::MAX).ok().map(Arc::from)
+        let full = self.encode(queries, false, u16::MAX).ok()?;
+        Some((slot, Arc::from(full)))
     }
 }
 
@@ -147,10 +148,13 @@ pub enum Handled {
     Ignored,
 }
 
-/// Decodes `packet` and answers it (the path for every TCP query and for UDP
-/// queries the cache cannot serve). The transport is only recorded.
-pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr) -> Handled {
-    let request = match Request::from_bytes(packet.to_vec(), peer, Protocol::Udp) {
+/// Decodes `packet`, received over `protocol`, and answers it (the path for
+/// every TCP query and for UDP queries the cache cannot serve).
+pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr, protocol: Protocol) -> Handled {
+    if packet.len() > question::START && question::end(packet) == Err(question::Bad::Pointer) {
+        return formerr(packet, &"compression pointer in the question");
+    }
+    let request = match Request::from_bytes(packet.to_vec(), peer, protocol) {
         Ok(request) => request,
         Err(error) => return formerr(packet, &error),
     };

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use hickory_server::net::xfer::Protocol;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -77,7 +78,7 @@ async fn connection(
             Ok(None) | Err(_) => return,
         };
         let started = Instant::now();
-        let (bytes, outcome) = match handle(&index, &request, peer) {
+        let (bytes, outcome) = match handle(&index, &request, peer, Protocol::Tcp) {
             Handled::Answered(request, response) => {
                 match response.encode(&request.queries, true, u16::MAX) {
                     Ok(bytes) => (bytes, response.outcome(&request)),

@@ -7,7 +7,7 @@ mod names;
 mod records;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
@@ -61,6 +61,17 @@ pub struct ServiceEntry {
     cache: ResponseCache,
 }
 
+/// Where a response may be cached: taken before the response is computed
+/// (see [`Index::cache_slot`]), so that an update in between can only make
+/// the stored response unreachable, never serve it for the new state.
+#[derive(Clone, Debug)]
+pub enum CacheSlot {
+    /// The entry of the service the name lies under, as it was then.
+    Service(Arc<ServiceEntry>),
+    /// The cache of all other names, at this generation (one per commit).
+    Other(u64),
+}
+
 /// The zone's names and records.
 #[derive(Debug)]
 pub struct Index {
@@ -71,6 +82,9 @@ pub struct Index {
     services: DashMap<Box<str>, Arc<ServiceEntry>, Hasher>,
     namespaces: DashMap<Box<str>, usize, Hasher>,
     fixed_cache: ResponseCache,
+    /// Commits so far: responses for names outside services computed before
+    /// the latest commit are not stored.
+    fixed_generation: AtomicU64,
     soa: RwLock<Record>,
     synced: AtomicBool,
     serial: AtomicU32,
@@ -90,6 +104,7 @@ impl Index {
             services: DashMap::default(),
             namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
+            fixed_generation: AtomicU64::new(0),
             soa: RwLock::new(soa_record(&apex_name, ttl, serial)),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
@@ -212,22 +227,37 @@ impl Index {
         }
     }
 
+    /// Where a response about `name` computed from now on may be stored.
+    pub fn cache_slot(&self, name: &Name) -> CacheSlot {
+        match self.service_of(name) {
+            Some(entry) => CacheSlot::Service(entry),
+            None => CacheSlot::Other(self.fixed_generation.load(Ordering::Acquire)),
+        }
+    }
+
     /// Keeps an authoritative encoded response (records, NODATA or NXDOMAIN)
-    /// to reuse for the same question about `name` until the name's service
-    /// changes (names under a service) or the next commit (all others). A
-    /// cache that reaches its bound starts over, so floods of unknown names
-    /// cannot grow it without limit.
-    pub fn store(&self, name: &Name, question: &[u8], variant: u16, response: Arc<[u8]>) {
+    /// to reuse for the same question, in the `slot` taken before it was
+    /// computed: it is served until the name's service changes (names under
+    /// a service) or the next commit (all others), and never after, even if
+    /// that change came while it was computed. A cache that reaches its
+    /// bound starts over, so floods of unknown names cannot grow it without
+    /// limit.
+    pub fn store(&self, slot: &CacheSlot, question: &[u8], variant: u16, response: Arc<[u8]>) {
         let mut buffer = [0u8; MAX_KEY];
         let Some(key) = cache_key(question, variant, &mut buffer) else {
             return;
         };
-        let entry = self.service_of(name);
-        let (cache, bound) = match &entry {
-            Some(entry) => (&entry.cache, MAX_SERVICE_RESPONSES),
-            None => (&self.fixed_cache, MAX_OTHER_RESPONSES),
+        let (cache, bound) = match slot {
+            CacheSlot::Service(entry) => (&entry.cache, MAX_SERVICE_RESPONSES),
+            CacheSlot::Other(_) => (&self.fixed_cache, MAX_OTHER_RESPONSES),
         };
         let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock that `commit` bumps the generation under.
+        if let CacheSlot::Other(generation) = slot
+            && *generation != self.fixed_generation.load(Ordering::Acquire)
+        {
+            return;
+        }
         if cache.len() >= bound {
             cache.clear();
         }
@@ -264,10 +294,9 @@ impl Index {
         let serial = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
         *self.soa.write().unwrap_or_else(|e| e.into_inner()) =
             soa_record(&self.zone, self.ttl, serial);
-        self.fixed_cache
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut fixed = self.fixed_cache.write().unwrap_or_else(|e| e.into_inner());
+        self.fixed_generation.fetch_add(1, Ordering::AcqRel);
+        fixed.clear();
     }
 
     /// The service entry of `<service>.<namespace>` (labels in any case).
@@ -511,8 +540,9 @@ mod tests {
         let index = demo_index(false);
         let web = Name::from_str("Web.shop.svc.clusterset.local.").unwrap();
         let question = b"\x03Web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
-        index.store(&web, question, 0, Arc::from(&b"full"[..]));
-        index.store(&web, question, 512, Arc::from(&b"cut"[..]));
+        let slot = index.cache_slot(&web);
+        index.store(&slot, question, 0, Arc::from(&b"full"[..]));
+        index.store(&slot, question, 512, Arc::from(&b"cut"[..]));
         let lower = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
         assert_eq!(
             index.cached(&web, lower, 0).as_deref(),
@@ -529,7 +559,12 @@ mod tests {
         // A new import for the service drops its responses; a commit drops the others.
         let apex = Name::from_str("clusterset.local.").unwrap();
         let soa_question = b"\x0aclusterset\x05local\x00\x00\x06\x00\x01";
-        index.store(&apex, soa_question, 0, Arc::from(&b"soa"[..]));
+        index.store(
+            &index.cache_slot(&apex),
+            soa_question,
+            0,
+            Arc::from(&b"soa"[..]),
+        );
         let web_key = ServiceKey::new("shop", "web");
         let import = index.entry(b"web", b"shop").unwrap().import.clone();
         index.update(&web_key, Some(import));
@@ -537,5 +572,48 @@ mod tests {
         assert!(index.cached(&apex, soa_question, 0).is_some());
         index.commit();
         assert!(index.cached(&apex, soa_question, 0).is_none());
+    }
+
+    /// Issue 14, fault 0: a response computed before an update and stored
+    /// after it must not be served for the new state.
+    #[test]
+    fn a_response_computed_before_an_update_is_never_served_after_it() {
+        let index = demo_index(false);
+        let web = Name::from_str("web.shop.svc.clusterset.local.").unwrap();
+        let question = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        let slot = index.cache_slot(&web);
+        let import = index.entry(b"web", b"shop").unwrap().import.clone();
+        index.update(&ServiceKey::new("shop", "web"), Some(import));
+        index.store(&slot, question, 0, Arc::from(&b"stale"[..]));
+        assert!(
+            index.cached(&web, question, 0).is_none(),
+            "stale response served"
+        );
+        index.store(&index.cache_slot(&web), question, 0, Arc::from(&b"new"[..]));
+        assert_eq!(
+            index.cached(&web, question, 0).as_deref(),
+            Some(&b"new"[..])
+        );
+
+        // Names outside services: a commit in between voids the slot.
+        let ns = Name::from_str("shop.svc.clusterset.local.").unwrap();
+        let ns_question = b"\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        let slot = index.cache_slot(&ns);
+        index.commit();
+        index.store(&slot, ns_question, 0, Arc::from(&b"stale"[..]));
+        assert!(
+            index.cached(&ns, ns_question, 0).is_none(),
+            "stale response served"
+        );
+        index.store(
+            &index.cache_slot(&ns),
+            ns_question,
+            0,
+            Arc::from(&b"new"[..]),
+        );
+        assert_eq!(
+            index.cached(&ns, ns_question, 0).as_deref(),
+            Some(&b"new"[..])
+        );
     }
 }
