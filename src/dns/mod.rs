@@ -4,6 +4,7 @@
 mod answer;
 mod encode;
 mod log_limit;
+mod opt_check;
 mod question;
 mod response;
 mod server;
@@ -11,7 +12,7 @@ mod tcp;
 mod udp;
 
 pub use answer::{Answer, answer};
-pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
+pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
 pub use server::DnsServer;
 pub use udp::respond as respond_udp;
 

@@ -11,10 +11,10 @@ use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, B
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use hickory_server::zone_handler::Queries;
-use tracing::debug;
 
 use super::answer::{Answer, answer, transfer_over_udp};
 use super::encode::Sections;
+use super::opt_check::options_cut;
 use super::question;
 use crate::index::{CacheSlot, Index};
 
@@ -27,6 +27,7 @@ pub struct Response {
     answer: Answer,
     edns: Option<Edns>,
     udp_limit: u16,
+    problem: Option<Problem>,
 }
 
 impl Response {
@@ -64,6 +65,7 @@ impl Response {
             answer,
             edns,
             udp_limit,
+            problem: None,
         }
     }
 
@@ -111,6 +113,7 @@ impl Response {
         Outcome {
             rtype,
             rcode: self.answer.code,
+            problem: self.problem,
         }
     }
 
@@ -136,6 +139,34 @@ pub struct Outcome {
     pub rtype: Option<RecordType>,
     /// The response code sent.
     pub rcode: ResponseCode,
+    /// What was wrong with the request, if anything (counted, not logged).
+    pub problem: Option<Problem>,
+}
+
+/// A problem with a request that a remote sender controls: counted in a
+/// metric, never logged per packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The header read but the rest did not (answered FORMERR).
+    Unreadable,
+    /// A compression pointer in the question (FORMERR, RFC 1035 §4.1.4).
+    QuestionPointer,
+    /// EDNS options cut short (they are ignored).
+    EdnsOptions,
+}
+
+impl Problem {
+    /// Every problem, in the order of their metric labels.
+    pub const ALL: [Self; 3] = [Self::Unreadable, Self::QuestionPointer, Self::EdnsOptions];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unreadable => "unreadable",
+            Self::QuestionPointer => "question_pointer",
+            Self::EdnsOptions => "edns_options",
+        }
+    }
 }
 
 /// A request decoded with hickory and what to do with it.
@@ -151,29 +182,31 @@ pub enum Handled {
 /// Decodes `packet`, received over `protocol`, and answers it (the path for
 /// every TCP query and for UDP queries the cache cannot serve).
 pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr, protocol: Protocol) -> Handled {
-    if packet.len() > question::START && question::end(packet) == Err(question::Bad::Pointer) {
-        return formerr(packet, &"compression pointer in the question");
+    let question_end = question::end(packet);
+    if question_end == Err(question::Bad::Pointer) {
+        return formerr(packet, Problem::QuestionPointer);
     }
-    let request = match Request::from_bytes(packet.to_vec(), peer, protocol) {
-        Ok(request) => request,
-        Err(error) => return formerr(packet, &error),
+    let Ok(request) = Request::from_bytes(packet.to_vec(), peer, protocol) else {
+        return formerr(packet, Problem::Unreadable);
     };
     if request.metadata.message_type != MessageType::Query {
         return Handled::Ignored;
     }
-    let response = Response::new(index, &request);
+    let mut response = Response::new(index, &request);
+    if question_end.is_ok_and(|end| options_cut(packet, end)) {
+        response.problem = Some(Problem::EdnsOptions);
+    }
     Handled::Answered(Box::new(request), response)
 }
 
 /// FORMERR for a packet whose header reads but whose body does not.
-fn formerr(packet: &[u8], error: &dyn std::fmt::Display) -> Handled {
+fn formerr(packet: &[u8], problem: Problem) -> Handled {
     let Ok(header) = Header::read(&mut BinDecoder::new(packet)) else {
         return Handled::Ignored;
     };
     if header.metadata.message_type != MessageType::Query {
         return Handled::Ignored;
     }
-    debug!(%error, id = header.metadata.id, "malformed query");
     let mut metadata = Metadata::response_from_request(&header.metadata);
     metadata.response_code = ResponseCode::FormErr;
     let header = Header {
@@ -187,6 +220,7 @@ fn formerr(packet: &[u8], error: &dyn std::fmt::Display) -> Handled {
     let outcome = Outcome {
         rtype: None,
         rcode: ResponseCode::FormErr,
+        problem: Some(problem),
     };
     Handled::Malformed(bytes, outcome)
 }

@@ -91,6 +91,7 @@ async fn connection(
         {
             let mut recorder = recorder.lock().unwrap_or_else(|e| e.into_inner());
             recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+            recorder.problem(outcome.problem);
             recorder.flush();
         }
         if let Err(error) = framed.send(Bytes::from(bytes)).await {

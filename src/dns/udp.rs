@@ -21,8 +21,9 @@ use tracing::{debug, warn};
 
 use super::COMMON_TYPES;
 use super::log_limit::LogLimit;
+use super::opt_check::options_cut;
 use super::question;
-use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, handle};
+use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::index::Index;
 use crate::metrics::{DnsRecorder, Metrics};
 
@@ -127,6 +128,7 @@ fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &At
             let started = Instant::now();
             if let Some(outcome) = respond(index, &requests[i][..len], peer, out) {
                 recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+                recorder.problem(outcome.problem);
                 peers[count] = address;
                 count += 1;
             }
@@ -183,6 +185,7 @@ pub fn respond(
         return Some(Outcome {
             rtype: Some(query.query.query_type()),
             rcode,
+            problem: query.edns_cut.then_some(Problem::EdnsOptions),
         });
     }
     slow(index, packet, peer, out)
@@ -249,6 +252,8 @@ struct FastQuery {
     limit: usize,
     /// The DO bit of the query's OPT record; None without EDNS.
     edns: Option<bool>,
+    /// Whether the OPT record's options are cut short (they are ignored).
+    edns_cut: bool,
 }
 
 impl FastQuery {
@@ -268,6 +273,7 @@ impl FastQuery {
         // A name without compression pointers (else the slow path: FORMERR).
         let question_end = question::end(packet).ok()?;
         let query = Query::read(&mut decoder).ok()?;
+        let edns_cut = c.additionals == 1 && options_cut(packet, decoder.index());
         let (edns, limit) = if c.additionals == 1 {
             let record = Record::read(&mut decoder).ok()?;
             if record.record_type() != RecordType::OPT {
@@ -287,6 +293,7 @@ impl FastQuery {
             question_end,
             limit: usize::from(limit),
             edns,
+            edns_cut,
         })
     }
 
