@@ -27,24 +27,14 @@ pub struct Response {
     answer: Answer,
     edns: Option<Edns>,
     udp_limit: u16,
+    /// Whether the question is echoed (not when it broke a rule).
+    echo_question: bool,
     problem: Option<Problem>,
 }
 
 impl Response {
     /// Answers a request: one question of opcode QUERY, EDNS version 0 at most.
     pub fn new(index: &Index, request: &Request) -> Self {
-        // Our OPT advertises our own limit (RFC 6891 §6.2.5) and copies the
-        // DO bit (RFC 3225 §3).
-        let edns = request.edns.as_ref().map(|asked| {
-            let mut edns = Edns::new();
-            edns.set_max_payload(MAX_UDP_PAYLOAD);
-            edns.set_dnssec_ok(asked.flags().dnssec_ok);
-            edns
-        });
-        let udp_limit = request
-            .edns
-            .as_ref()
-            .map_or(512, |asked| asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
         let udp = request.protocol() == Protocol::Udp;
         let answer = match request.queries.queries() {
             _ if request.edns.as_ref().is_some_and(|e| e.version() > 0) => {
@@ -57,15 +47,38 @@ impl Response {
             [query] => answer(index, query.name(), query.query_type(), query.query_class()),
             _ => Answer::code(ResponseCode::FormErr),
         };
+        Self::with_answer(request, answer, None)
+    }
+
+    /// FORMERR for a request that decodes but breaks a rule (`problem`); the
+    /// question is not echoed, the OPT record is.
+    fn malformed(request: &Request, problem: Problem) -> Self {
+        Self::with_answer(request, Answer::code(ResponseCode::FormErr), Some(problem))
+    }
+
+    fn with_answer(request: &Request, answer: Answer, problem: Option<Problem>) -> Self {
+        // Our OPT advertises our own limit (RFC 6891 §6.2.5) and copies the
+        // DO bit (RFC 3225 §3).
+        let edns = request.edns.as_ref().map(|asked| {
+            let mut edns = Edns::new();
+            edns.set_max_payload(MAX_UDP_PAYLOAD);
+            edns.set_dnssec_ok(asked.flags().dnssec_ok);
+            edns
+        });
+        let udp_limit = request
+            .edns
+            .as_ref()
+            .map_or(512, |asked| asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.response_code = answer.code;
         metadata.authoritative = answer.authoritative;
         Self {
             metadata,
+            echo_question: problem.is_none(),
             answer,
             edns,
             udp_limit,
-            problem: None,
+            problem,
         }
     }
 
@@ -94,7 +107,7 @@ impl Response {
         max_size: u16,
     ) -> Result<Vec<u8>, ProtoError> {
         let query = match queries.queries() {
-            [query] => Some(query.original()),
+            [query] if self.echo_question => Some(query.original()),
             _ => None,
         };
         Sections {
@@ -183,14 +196,21 @@ pub enum Handled {
 /// every TCP query and for UDP queries the cache cannot serve).
 pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr, protocol: Protocol) -> Handled {
     let question_end = question::end(packet);
-    if question_end == Err(question::Bad::Pointer) {
-        return formerr(packet, Problem::QuestionPointer);
-    }
+    let pointer = question_end == Err(question::Bad::Pointer);
     let Ok(request) = Request::from_bytes(packet.to_vec(), peer, protocol) else {
-        return formerr(packet, Problem::Unreadable);
+        let problem = if pointer {
+            Problem::QuestionPointer
+        } else {
+            Problem::Unreadable
+        };
+        return formerr(packet, problem);
     };
     if request.metadata.message_type != MessageType::Query {
         return Handled::Ignored;
+    }
+    if pointer {
+        let response = Response::malformed(&request, Problem::QuestionPointer);
+        return Handled::Answered(Box::new(request), response);
     }
     let mut response = Response::new(index, &request);
     if question_end.is_ok_and(|end| options_cut(packet, end)) {
@@ -199,7 +219,8 @@ pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr, protocol: Protocol
     Handled::Answered(Box::new(request), response)
 }
 
-/// FORMERR for a packet whose header reads but whose body does not.
+/// FORMERR for a packet whose header reads but whose body does not: the
+/// header alone.
 fn formerr(packet: &[u8], problem: Problem) -> Handled {
     let Ok(header) = Header::read(&mut BinDecoder::new(packet)) else {
         return Handled::Ignored;
