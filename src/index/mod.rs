@@ -44,7 +44,16 @@ pub enum Lookup {
 /// A fast, randomly seeded hasher for the maps on the query path.
 type Hasher = foldhash::fast::RandomState;
 /// Encoded responses by question (name lower-cased, type and class as asked).
-type ResponseCache = RwLock<HashMap<Box<[u8]>, Arc<[u8]>, Hasher>>;
+type ResponseCache = RwLock<HashMap<Box<[u8]>, Cached, Hasher>>;
+
+/// A cached response.
+#[derive(Debug)]
+struct Cached {
+    /// For a response that carries the SOA (a negative answer), the commit
+    /// generation it was computed in: its serial is void after the next one.
+    generation: Option<u64>,
+    bytes: Arc<[u8]>,
+}
 /// Most cached responses for names not under a service (fixed names and
 /// unknown names); the cache starts over when full.
 const MAX_OTHER_RESPONSES: usize = 100_000;
@@ -65,11 +74,12 @@ pub struct ServiceEntry {
 /// (see [`Index::cache_slot`]), so that an update in between can only make
 /// the stored response unreachable, never serve it for the new state.
 #[derive(Clone, Debug)]
-pub enum CacheSlot {
-    /// The entry of the service the name lies under, as it was then.
-    Service(Arc<ServiceEntry>),
-    /// The cache of all other names, at this generation (one per commit).
-    Other(u64),
+pub struct CacheSlot {
+    /// The entry of the service the name lies under, as it was then; None:
+    /// the cache of all other names.
+    entry: Option<Arc<ServiceEntry>>,
+    /// The commit generation then (the SOA serial changes with each).
+    generation: u64,
 }
 
 /// The zone's names and records.
@@ -82,9 +92,9 @@ pub struct Index {
     services: DashMap<Box<str>, Arc<ServiceEntry>, Hasher>,
     namespaces: DashMap<Box<str>, usize, Hasher>,
     fixed_cache: ResponseCache,
-    /// Commits so far: responses for names outside services computed before
-    /// the latest commit are not stored.
-    fixed_generation: AtomicU64,
+    /// Commits so far: a response computed before the latest commit is not
+    /// stored (names outside services) or not served (negative answers).
+    generation: AtomicU64,
     soa: RwLock<Record>,
     synced: AtomicBool,
     serial: AtomicU32,
@@ -104,7 +114,7 @@ impl Index {
             services: DashMap::default(),
             namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
-            fixed_generation: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             soa: RwLock::new(soa_record(&apex_name, ttl, serial)),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
@@ -215,11 +225,13 @@ impl Index {
         let mut buffer = [0u8; MAX_KEY];
         let key = cache_key(question, variant, &mut buffer)?;
         let read = |cache: &ResponseCache| {
-            cache
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(key)
-                .cloned()
+            let cache = cache.read().unwrap_or_else(|e| e.into_inner());
+            let cached = cache.get(key)?;
+            let current = || self.generation.load(Ordering::Acquire);
+            if cached.generation.is_some_and(|g| g != current()) {
+                return None;
+            }
+            Some(cached.bytes.clone())
         };
         match self.service_of(name) {
             Some(entry) => read(&entry.cache),
@@ -229,39 +241,50 @@ impl Index {
 
     /// Where a response about `name` computed from now on may be stored.
     pub fn cache_slot(&self, name: &Name) -> CacheSlot {
-        match self.service_of(name) {
-            Some(entry) => CacheSlot::Service(entry),
-            None => CacheSlot::Other(self.fixed_generation.load(Ordering::Acquire)),
+        CacheSlot {
+            // The generation first: a commit after it voids the slot.
+            generation: self.generation.load(Ordering::Acquire),
+            entry: self.service_of(name),
         }
     }
 
-    /// Keeps an authoritative encoded response (records, NODATA or NXDOMAIN)
-    /// to reuse for the same question, in the `slot` taken before it was
-    /// computed: it is served until the name's service changes (names under
-    /// a service) or the next commit (all others), and never after, even if
-    /// that change came while it was computed. A cache that reaches its
-    /// bound starts over, so floods of unknown names cannot grow it without
-    /// limit.
-    pub fn store(&self, slot: &CacheSlot, question: &[u8], variant: u16, response: Arc<[u8]>) {
+    /// Keeps an authoritative encoded response (records, NODATA or NXDOMAIN:
+    /// `negative`, with the SOA) to reuse for the same question, in the
+    /// `slot` taken before it was computed. It is served until the name's
+    /// service changes (names under a service) or the next commit (all other
+    /// names, and negative answers, whose SOA serial a commit changes), and
+    /// never after, even if that change came while it was computed. A cache
+    /// that reaches its bound starts over, so floods of unknown names cannot
+    /// grow it without limit.
+    pub fn store(
+        &self,
+        slot: &CacheSlot,
+        question: &[u8],
+        variant: u16,
+        response: Arc<[u8]>,
+        negative: bool,
+    ) {
         let mut buffer = [0u8; MAX_KEY];
         let Some(key) = cache_key(question, variant, &mut buffer) else {
             return;
         };
-        let (cache, bound) = match slot {
-            CacheSlot::Service(entry) => (&entry.cache, MAX_SERVICE_RESPONSES),
-            CacheSlot::Other(_) => (&self.fixed_cache, MAX_OTHER_RESPONSES),
+        let (cache, bound) = match &slot.entry {
+            Some(entry) => (&entry.cache, MAX_SERVICE_RESPONSES),
+            None => (&self.fixed_cache, MAX_OTHER_RESPONSES),
         };
         let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
-        // Checked under the lock that `commit` bumps the generation under.
-        if let CacheSlot::Other(generation) = slot
-            && *generation != self.fixed_generation.load(Ordering::Acquire)
-        {
+        // Checked under the lock that `commit` clears the other names under.
+        if slot.entry.is_none() && slot.generation != self.generation.load(Ordering::Acquire) {
             return;
         }
         if cache.len() >= bound {
             cache.clear();
         }
-        cache.entry(key.into()).or_insert(response);
+        let cached = Cached {
+            generation: (negative && slot.entry.is_some()).then_some(slot.generation),
+            bytes: response,
+        };
+        cache.insert(key.into(), cached);
     }
 
     /// Replaces a service's import (None: the service is gone).
@@ -295,7 +318,7 @@ impl Index {
         *self.soa.write().unwrap_or_else(|e| e.into_inner()) =
             soa_record(&self.zone, self.ttl, serial);
         let mut fixed = self.fixed_cache.write().unwrap_or_else(|e| e.into_inner());
-        self.fixed_generation.fetch_add(1, Ordering::AcqRel);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         fixed.clear();
     }
 
@@ -395,7 +418,7 @@ fn records_name(zone: &Name, labels: &str) -> Option<Name> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::str::FromStr;
 
     use super::*;
@@ -406,7 +429,7 @@ mod tests {
     /// An index over `web.shop` (ClusterSetIP, port http) and `db.shop`
     /// (headless; `db-0` and a dashed-IP pod in cluster `east`, one pod in
     /// cluster `eu.west`, a two-label id).
-    fn demo_index(cluster_targeting: bool) -> Index {
+    pub(crate) fn demo_index(cluster_targeting: bool) -> Index {
         let index = Index::new(
             Name::from_str("clusterset.local.").unwrap(),
             5,
@@ -541,8 +564,8 @@ mod tests {
         let web = Name::from_str("Web.shop.svc.clusterset.local.").unwrap();
         let question = b"\x03Web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
         let slot = index.cache_slot(&web);
-        index.store(&slot, question, 0, Arc::from(&b"full"[..]));
-        index.store(&slot, question, 512, Arc::from(&b"cut"[..]));
+        index.store(&slot, question, 0, Arc::from(&b"full"[..]), false);
+        index.store(&slot, question, 512, Arc::from(&b"cut"[..]), false);
         let lower = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
         assert_eq!(
             index.cached(&web, lower, 0).as_deref(),
@@ -564,6 +587,7 @@ mod tests {
             soa_question,
             0,
             Arc::from(&b"soa"[..]),
+            false,
         );
         let web_key = ServiceKey::new("shop", "web");
         let import = index.entry(b"web", b"shop").unwrap().import.clone();
@@ -584,12 +608,18 @@ mod tests {
         let slot = index.cache_slot(&web);
         let import = index.entry(b"web", b"shop").unwrap().import.clone();
         index.update(&ServiceKey::new("shop", "web"), Some(import));
-        index.store(&slot, question, 0, Arc::from(&b"stale"[..]));
+        index.store(&slot, question, 0, Arc::from(&b"stale"[..]), false);
         assert!(
             index.cached(&web, question, 0).is_none(),
             "stale response served"
         );
-        index.store(&index.cache_slot(&web), question, 0, Arc::from(&b"new"[..]));
+        index.store(
+            &index.cache_slot(&web),
+            question,
+            0,
+            Arc::from(&b"new"[..]),
+            false,
+        );
         assert_eq!(
             index.cached(&web, question, 0).as_deref(),
             Some(&b"new"[..])
@@ -600,7 +630,7 @@ mod tests {
         let ns_question = b"\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
         let slot = index.cache_slot(&ns);
         index.commit();
-        index.store(&slot, ns_question, 0, Arc::from(&b"stale"[..]));
+        index.store(&slot, ns_question, 0, Arc::from(&b"stale"[..]), false);
         assert!(
             index.cached(&ns, ns_question, 0).is_none(),
             "stale response served"
@@ -610,6 +640,7 @@ mod tests {
             ns_question,
             0,
             Arc::from(&b"new"[..]),
+            false,
         );
         assert_eq!(
             index.cached(&ns, ns_question, 0).as_deref(),
