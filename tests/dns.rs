@@ -1054,3 +1054,76 @@ async fn hostile_packets_do_not_write_a_log_line_each() {
         stderr.lines().take(20).collect::<Vec<_>>().join("\n")
     );
 }
+
+/// `db.shop`, headless, with one ready endpoint per address (none: no slice).
+fn db_with(ips: &[String]) -> Vec<Doc> {
+    let db = headless("shop", "db", &["IPv4"]).ports(&[("postgres", 5432, "TCP")]);
+    let mut docs = vec![namespace("shop"), db.export(), db];
+    if !ips.is_empty() {
+        let endpoints: Vec<Ep> = ips.iter().map(|ip| ep(ip)).collect();
+        docs.push(slice("shop", "db-1", "db", &endpoints));
+    }
+    docs
+}
+
+/// Issue 14, fault 0: with a service changing while UDP queries about it
+/// run, once the changes stop, UDP (served from the cache) answers what TCP
+/// (never cached) answers: no answer computed before an update outlives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_answers_equal_tcp_after_updates_under_queries() {
+    let cs = Clusterset::new();
+    cs.write("east", "db.yaml", &db_with(&["10.5.0.1".into()]));
+    let server = start(cs.dir(), &[]).await;
+    let addr = server.addr;
+    let name = svc("db.shop");
+    let asked: Vec<Message> = [A, AAAA, SRV]
+        .into_iter()
+        .flat_map(|t| [question(&name, t), with_edns(question(&name, t), 1232)])
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let (asked, stop) = (asked.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for message in &asked {
+                        exchange_udp(addr, message).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for round in 0..30u8 {
+        // Endpoints change; every third round the service has none (NXDOMAIN).
+        let ips: Vec<String> = match round % 3 {
+            2 => Vec::new(),
+            n => (1..=n + 1).map(|i| format!("10.5.{round}.{i}")).collect(),
+        };
+        cs.write("east", "db.yaml", &db_with(&ips));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let last = vec!["10.5.99.1".to_owned(), "10.5.99.2".to_owned()];
+    cs.write("east", "db.yaml", &db_with(&last));
+    eventually(&name, ips(["10.5.99.1", "10.5.99.2"]), || {
+        resolve(addr, &name, A)
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in load {
+        task.await.expect("the load ran");
+    }
+    let sections = |m: &Message| {
+        (
+            m.metadata.response_code,
+            m.answers.clone(),
+            m.authorities.clone(),
+        )
+    };
+    for message in &asked {
+        let tcp = exchange_tcp(addr, message).await;
+        for _ in 0..2 {
+            let (udp, _) = exchange_udp(addr, message).await;
+            assert_eq!(sections(&udp), sections(&tcp), "{:?}", message.queries);
+        }
+    }
+}
