@@ -1,5 +1,5 @@
-//! DESIGN.md §4: the records, response codes and transport rules, asked over
-//! real UDP and TCP of an in-process server.
+//! README.md "What it answers": the records, response codes and transport
+//! rules, asked over real UDP and TCP of an in-process server.
 
 mod common;
 

@@ -92,11 +92,6 @@ impl Response {
         self.udp_limit
     }
 
-    /// Whether the response carries an OPT record (the query had EDNS).
-    pub fn has_edns(&self) -> bool {
-        self.edns.is_some()
-    }
-
     /// Encodes the response, with or without its OPT record, into at most
     /// `max_size` bytes (whole records only, TC set when some were left out).
     /// The question is re-encoded from the parsed one, in the case asked.
