@@ -35,11 +35,17 @@ pub struct Invocation {
     pub log_level_on_command_line: bool,
 }
 
+/// Library targets kept quieter than the chosen level unless named: both
+/// would otherwise log per packet.
+const QUIET_TARGETS: [(&str, &str); 2] = [("hickory_server", "warn"), ("hickory_proto", "error")];
+
 impl Invocation {
     /// The tracing filter directives to log with, given `RUST_LOG`: the
     /// command line's `--log-level`, else `RUST_LOG` when set and not empty,
     /// else the config file's `log-level`, else `info`. `hickory_server` is
-    /// kept at `warn` (no line per query) unless the directives name it.
+    /// kept at `warn` (no line per query) and `hickory_proto` at `error`
+    /// (its warnings are about packets a remote sender wrote; metrics count
+    /// them) unless the directives name them.
     pub fn log_directives(&self, rust_log: Option<&str>) -> String {
         let rust_log = rust_log.map(str::trim).filter(|s| !s.is_empty());
         let chosen = match (&self.cli.log_level, rust_log) {
@@ -48,11 +54,13 @@ impl Invocation {
             (Some(level), None) => level.as_str(),
             (None, None) => "info",
         };
-        if chosen.contains("hickory_server") {
-            chosen.to_owned()
-        } else {
-            format!("{chosen},hickory_server=warn")
+        let mut directives = chosen.to_owned();
+        for (target, level) in QUIET_TARGETS {
+            if !chosen.contains(target) {
+                directives.push_str(&format!(",{target}={level}"));
+            }
         }
+        directives
     }
 }
 
@@ -648,24 +656,19 @@ mod tests {
     #[test]
     fn log_directives_precedence() {
         let mut inv = parse(["x", "serve"]).unwrap();
-        assert_eq!(inv.log_directives(None), "info,hickory_server=warn");
-        assert_eq!(inv.log_directives(Some("")), "info,hickory_server=warn");
-        assert_eq!(
-            inv.log_directives(Some("debug")),
-            "debug,hickory_server=warn"
-        );
+        let quiet = ",hickory_server=warn,hickory_proto=error";
+        assert_eq!(inv.log_directives(None), format!("info{quiet}"));
+        assert_eq!(inv.log_directives(Some("")), format!("info{quiet}"));
+        assert_eq!(inv.log_directives(Some("debug")), format!("debug{quiet}"));
         inv.cli.log_level = Some("trace".into());
-        assert_eq!(
-            inv.log_directives(Some("debug")),
-            "debug,hickory_server=warn"
-        );
-        assert_eq!(inv.log_directives(None), "trace,hickory_server=warn");
+        assert_eq!(inv.log_directives(Some("debug")), format!("debug{quiet}"));
+        assert_eq!(inv.log_directives(None), format!("trace{quiet}"));
         inv.log_level_on_command_line = true;
-        assert_eq!(
-            inv.log_directives(Some("debug")),
-            "trace,hickory_server=warn"
-        );
+        assert_eq!(inv.log_directives(Some("debug")), format!("trace{quiet}"));
         inv.cli.log_level = Some("info,hickory_server=debug".into());
-        assert_eq!(inv.log_directives(None), "info,hickory_server=debug");
+        assert_eq!(
+            inv.log_directives(None),
+            "info,hickory_server=debug,hickory_proto=error"
+        );
     }
 }

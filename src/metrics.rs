@@ -15,7 +15,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder, exponential_buckets,
 };
 
-use crate::dns::COMMON_TYPES;
+use crate::dns::{COMMON_TYPES, Problem};
 use crate::engine::Engine;
 use crate::engine::conditions::ConflictReason;
 use crate::model::IpFamily;
@@ -63,6 +63,7 @@ pub struct DnsMetrics {
     requests: IntCounterVec,
     responses: IntCounterVec,
     duration: HistogramVec,
+    malformed: IntCounterVec,
 }
 
 /// Per-thread counters for one protocol; [`DnsRecorder::flush`] publishes them.
@@ -70,6 +71,7 @@ pub struct DnsRecorder {
     requests: Vec<LocalIntCounter>,
     responses: Vec<LocalIntCounter>,
     duration: LocalHistogram,
+    malformed: Vec<LocalIntCounter>,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -112,6 +114,16 @@ impl Metrics {
                         "Time to answer a DNS request.",
                     ),
                     &["proto"],
+                ),
+            ),
+            malformed: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "dns_malformed_requests_total",
+                        "Malformed DNS requests by protocol and problem.",
+                    ),
+                    &["proto", "problem"],
                 ),
             ),
         };
@@ -473,6 +485,13 @@ impl DnsMetrics {
             requests,
             responses,
             duration: self.duration.with_label_values(&[proto]).local(),
+            malformed: Problem::ALL
+                .map(|p| {
+                    self.malformed
+                        .with_label_values(&[proto, p.as_str()])
+                        .local()
+                })
+                .into(),
         }
     }
 }
@@ -500,11 +519,19 @@ impl DnsRecorder {
         self.duration.observe(took.as_secs_f64());
     }
 
+    /// Counts a malformed request, if it was one.
+    pub fn problem(&mut self, problem: Option<Problem>) {
+        if let Some(i) = problem.and_then(|p| Problem::ALL.iter().position(|q| *q == p)) {
+            self.malformed[i].inc();
+        }
+    }
+
     /// Publishes what was counted since the last flush.
     pub fn flush(&self) {
         self.requests
             .iter()
             .chain(&self.responses)
+            .chain(&self.malformed)
             .for_each(LocalIntCounter::flush);
         self.duration.flush();
     }

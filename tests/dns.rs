@@ -1,5 +1,5 @@
-//! DESIGN.md §4: the records, response codes and transport rules, asked over
-//! real UDP and TCP of an in-process server.
+//! README.md "What it answers": the records, response codes and transport
+//! rules, asked over real UDP and TCP of an in-process server.
 
 mod common;
 
@@ -781,4 +781,349 @@ async fn servfail_while_the_first_load_runs() {
         "the load finished before any query: make it bigger"
     );
     assert!(is_vip(&resolve(server.addr, &name, A).await));
+}
+
+/// Serves `big.shop`, a headless service of `endpoints` IPv4 endpoints.
+async fn serve_big(endpoints: usize) -> (Clusterset, Server) {
+    let cs = Clusterset::new();
+    let big = headless("shop", "big", &["IPv4"]).ports(&[("postgres", 5432, "TCP")]);
+    let endpoints: Vec<Ep> = (0..endpoints)
+        .map(|i| ep(&format!("10.4.{}.{}", i / 200, i % 200 + 1)))
+        .collect();
+    cs.write(
+        "east",
+        "big.yaml",
+        &[
+            namespace("shop"),
+            big.export(),
+            big,
+            slice("shop", "big-1", "big", &endpoints),
+        ],
+    );
+    let server = start(cs.dir(), &[]).await;
+    (cs, server)
+}
+
+/// Issue 14, fault 1: a UDP answer cut to the client's size holds whole
+/// records only, its counts match its sections and no byte follows the last
+/// record (RFC 1035 §4.1, RFC 2181 §9, RFC 8906 §8.2.7), and an EDNS query
+/// gets its OPT record however little else fits (RFC 6891 §7). Asked twice:
+/// the second answer comes from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_answers_are_whole_records_with_the_opt_rfc1035_4_1_rfc2181_9_rfc6891_7() {
+    let (_cs, server) = serve_big(300).await;
+    let name = svc("big.shop");
+    let all = addresses(outcome(&query_tcp(server.addr, &name, A).await));
+    assert_eq!(all.len(), 300);
+    for rtype in [A, SRV] {
+        let asked = if rtype == A {
+            name.clone()
+        } else {
+            svc("_postgres._tcp.big.shop")
+        };
+        for payload in [None, Some(512), Some(700), Some(1232), Some(4096)] {
+            let limit = payload.map_or(512, |p: u16| usize::from(p.clamp(512, 1232)));
+            for round in ["fresh", "cached"] {
+                let message = match payload {
+                    None => question(&asked, rtype),
+                    Some(p) => with_edns(question(&asked, rtype), p),
+                };
+                let bytes = message.to_vec().expect("encodes");
+                let reply = udp_raw(server.addr, &bytes, REPLY_TIMEOUT)
+                    .await
+                    .expect("a reply");
+                let what = format!("{rtype} {payload:?} {round}");
+                let response = strict(&reply);
+                assert!(reply.len() <= limit, "{what}: {} bytes", reply.len());
+                assert!(response.metadata.truncation, "{what}: TC");
+                assert_eq!(response.edns.is_some(), payload.is_some(), "{what}: OPT");
+                assert!(!response.answers.is_empty(), "{what}: some records fit");
+                if rtype == A {
+                    let got = addresses(outcome(&response));
+                    assert!(got.is_subset(&all), "{what}");
+                    assert_eq!(got.len(), response.answers.len(), "{what}: no duplicates");
+                }
+            }
+        }
+    }
+}
+
+/// Issue 14, fault 4: the only question has no earlier name, so a compression
+/// pointer in it is FORMERR (RFC 1035 §4.1.4); over UDP and TCP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compression_pointer_in_the_question_is_formerr_rfc1035_4_1_4() {
+    let (_cs, server) = serve_shop(&[]).await;
+    let id = random_id();
+    let into_header = [&header(id)[..], b"\x03web\xc0\x02\x00\x01\x00\x01"].concat();
+    let to_itself = [&header(id)[..], b"\xc0\x0c\x00\x01\x00\x01"].concat();
+    for packet in [into_header, to_itself] {
+        for reply in [
+            udp_raw(server.addr, &packet, REPLY_TIMEOUT)
+                .await
+                .expect("a reply"),
+            tcp_raw(server.addr, &packet).await,
+        ] {
+            let response = strict(&reply);
+            assert_eq!(response.metadata.id, id);
+            assert_eq!(response.metadata.response_code, ResponseCode::FormErr);
+            assert!(response.answers.is_empty());
+        }
+    }
+    // A question without pointers is echoed byte for byte (case included),
+    // the first time and from the cache.
+    let mut bytes = question("wEb.SHOP.svc.clusterset.local.", A)
+        .to_vec()
+        .unwrap();
+    for _ in 0..2 {
+        let reply = udp_raw(server.addr, &bytes, REPLY_TIMEOUT).await.unwrap();
+        let end = 12 + "wEb.SHOP.svc.clusterset.local.".len() + 1 + 4;
+        assert_eq!(reply[12..end], bytes[12..end]);
+        assert_eq!(strict(&reply).answers.len(), 1);
+        bytes[0] ^= 1;
+    }
+}
+
+/// Issue 14, fault 5: the DO bit is copied into the response's OPT record
+/// (RFC 3225 §3), fresh and cached, whole and truncated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_do_bit_is_copied_rfc3225_3() {
+    let (_cs, server) = serve_big(300).await;
+    for name in [svc("big.shop"), "clusterset.local.".to_owned()] {
+        for dnssec_ok in [true, false, true] {
+            let message = if dnssec_ok {
+                with_dnssec_ok(question(&name, A), 1232)
+            } else {
+                with_edns(question(&name, A), 1232)
+            };
+            let bytes = message.to_vec().unwrap();
+            let reply = udp_raw(server.addr, &bytes, REPLY_TIMEOUT).await.unwrap();
+            let edns = strict(&reply).edns.expect("OPT");
+            assert_eq!(edns.flags().dnssec_ok, dnssec_ok, "{name}");
+            let tcp = exchange_tcp(server.addr, &message).await;
+            assert_eq!(tcp.edns.expect("OPT").flags().dnssec_ok, dnssec_ok);
+        }
+    }
+}
+
+/// Issue 14, fault 6: zone transfers are not defined over UDP (RFC 5936
+/// §4.2): AXFR is NOTIMP; IXFR of the zone gets its SOA alone, which tells
+/// the client to use TCP (RFC 1995 §2, §4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_transfers_over_udp_are_refused_rfc5936_4_2_rfc1995_2() {
+    let (_cs, server) = serve_shop(&[]).await;
+    let (axfr, _) = exchange_udp(
+        server.addr,
+        &question("clusterset.local.", RecordType::AXFR),
+    )
+    .await;
+    assert_eq!(axfr.metadata.response_code, ResponseCode::NotImp);
+    assert!(axfr.answers.is_empty() && axfr.authorities.is_empty());
+    let (ixfr, _) = exchange_udp(
+        server.addr,
+        &question("clusterset.local.", RecordType::IXFR),
+    )
+    .await;
+    assert_eq!(ixfr.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(ixfr.answers.len(), 1);
+    assert_eq!(ixfr.answers[0].record_type(), SOA);
+    let (other, _) = exchange_udp(server.addr, &question(&svc("web.shop"), RecordType::IXFR)).await;
+    assert_eq!(other.metadata.response_code, ResponseCode::NotImp);
+}
+
+/// Issue 14, fault 7: ANY gets one synthesized HINFO record (RFC 8482 §4.2),
+/// not every record (a 300-endpoint headless name would amplify 20-fold);
+/// names without records and unknown names answer as for any other type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_is_answered_with_one_hinfo_rfc8482_4_2() {
+    let (_cs, server) = serve_big(300).await;
+    for name in [svc("big.shop"), "clusterset.local.".to_owned()] {
+        let message = with_edns(question(&name, RecordType::ANY), 1232);
+        for transport in ["udp", "tcp"] {
+            let (response, len) = match transport {
+                "udp" => exchange_udp(server.addr, &message).await,
+                _ => (exchange_tcp(server.addr, &message).await, 0),
+            };
+            assert_eq!(response.metadata.response_code, ResponseCode::NoError);
+            assert_eq!(response.answers.len(), 1, "{name} {transport}");
+            match &response.answers[0].data {
+                RData::HINFO(hinfo) => assert_eq!(&hinfo.cpu[..], b"RFC8482"),
+                other => panic!("HINFO expected, got {other:?}"),
+            }
+            let query_len = message.to_vec().unwrap().len();
+            assert!(
+                len <= 2 * query_len + 20,
+                "{len} bytes for a {query_len}-byte query"
+            );
+        }
+    }
+    let (nodata, _) = exchange_udp(server.addr, &question(&svc("shop"), RecordType::ANY)).await;
+    assert_eq!(nodata.metadata.response_code, ResponseCode::NoError);
+    assert!(nodata.answers.is_empty());
+    let (nx, _) = exchange_udp(server.addr, &question(&svc("nope.shop"), RecordType::ANY)).await;
+    assert_eq!(nx.metadata.response_code, ResponseCode::NXDomain);
+}
+
+/// Issue 14, fault 8: a cut EDNS option (here a COOKIE) is counted in a
+/// metric, not logged per packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_edns_options_are_counted() {
+    let (_cs, server) = serve_shop(&[]).await;
+    let sent = 20;
+    for _ in 0..sent {
+        let reply = udp_raw(server.addr, &cut_cookie_query(), REPLY_TIMEOUT).await;
+        assert!(strict(&reply.expect("a reply")).edns.is_some());
+    }
+    let metrics = server.running().metrics_addr;
+    let series =
+        "clusterset_dns_dns_malformed_requests_total{problem=\"edns_options\",proto=\"udp\"}";
+    assert_eq!(scrape(metrics, series).await, f64::from(sent));
+}
+
+/// A query for `web.shop` A whose OPT record has a COOKIE option that says 8
+/// bytes but holds 5.
+fn cut_cookie_query() -> Vec<u8> {
+    let mut bytes = header(random_id());
+    bytes[11] = 1;
+    bytes.extend_from_slice(b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01");
+    bytes.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 9]);
+    bytes.extend_from_slice(&[0, 10, 0, 8, 1, 2, 3, 4, 5]);
+    bytes
+}
+
+/// Issue 14, fault 8: 2000 queries with a cut EDNS option to the real binary
+/// at its default log settings write at most a handful of log lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_packets_do_not_write_a_log_line_each() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let cs = shop();
+    let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap();
+    drop(probe);
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--manifests",
+            &cs.dir_arg(),
+            "--listen",
+            &addr.to_string(),
+        ])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let started = std::time::Instant::now();
+    while udp_raw(addr, &cut_cookie_query(), Duration::from_millis(100))
+        .await
+        .is_none()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the binary never answered"
+        );
+    }
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut buffer = [0u8; 1500];
+    let mut answered = 0;
+    for _ in 0..2000 {
+        socket.send_to(&cut_cookie_query(), addr).await.unwrap();
+        if tokio::time::timeout(Duration::from_secs(1), socket.recv_from(&mut buffer))
+            .await
+            .is_ok()
+        {
+            answered += 1;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(answered > 1900, "{answered} of 2000 answered");
+    let lines = stderr.lines().count();
+    assert!(
+        lines <= 5,
+        "{lines} log lines:\n{}",
+        stderr.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// `db.shop`, headless, with one ready endpoint per address (none: no slice).
+fn db_with(ips: &[String]) -> Vec<Doc> {
+    let db = headless("shop", "db", &["IPv4"]).ports(&[("postgres", 5432, "TCP")]);
+    let mut docs = vec![namespace("shop"), db.export(), db];
+    if !ips.is_empty() {
+        let endpoints: Vec<Ep> = ips.iter().map(|ip| ep(ip)).collect();
+        docs.push(slice("shop", "db-1", "db", &endpoints));
+    }
+    docs
+}
+
+/// Issue 14, fault 0: with a service changing while UDP queries about it
+/// run, once the changes stop, UDP (served from the cache) answers what TCP
+/// (never cached) answers: no answer computed before an update outlives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_answers_equal_tcp_after_updates_under_queries() {
+    let cs = Clusterset::new();
+    cs.write("east", "db.yaml", &db_with(&["10.5.0.1".into()]));
+    let server = start(cs.dir(), &[]).await;
+    let addr = server.addr;
+    let name = svc("db.shop");
+    let asked: Vec<Message> = [A, AAAA, SRV]
+        .into_iter()
+        .flat_map(|t| [question(&name, t), with_edns(question(&name, t), 1232)])
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let (asked, stop) = (asked.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for message in &asked {
+                        exchange_udp(addr, message).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for round in 0..30u8 {
+        // Endpoints change; every third round the service has none (NXDOMAIN).
+        let ips: Vec<String> = match round % 3 {
+            2 => Vec::new(),
+            n => (1..=n + 1).map(|i| format!("10.5.{round}.{i}")).collect(),
+        };
+        cs.write("east", "db.yaml", &db_with(&ips));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let last = vec!["10.5.99.1".to_owned(), "10.5.99.2".to_owned()];
+    cs.write("east", "db.yaml", &db_with(&last));
+    eventually(&name, ips(["10.5.99.1", "10.5.99.2"]), || {
+        resolve(addr, &name, A)
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for task in load {
+        task.await.expect("the load ran");
+    }
+    let sections = |m: &Message| {
+        (
+            m.metadata.response_code,
+            m.answers.clone(),
+            m.authorities.clone(),
+        )
+    };
+    for message in &asked {
+        let tcp = exchange_tcp(addr, message).await;
+        for _ in 0..2 {
+            let (udp, _) = exchange_udp(addr, message).await;
+            assert_eq!(sections(&udp), sections(&tcp), "{:?}", message.queries);
+        }
+    }
 }

@@ -1,9 +1,10 @@
-//! What to answer to one question (DESIGN.md §4, "Response codes").
+//! What to answer to one question (README.md, "What it answers").
 
 use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::{DNSClass, LowerName, Name, Record, RecordType};
+use hickory_proto::rr::rdata::HINFO;
+use hickory_proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
 
-use crate::index::{Index, Lookup};
+use crate::index::{CacheSlot, Index, Lookup};
 
 /// The code and sections of a response to one question.
 #[derive(Clone, Debug)]
@@ -16,6 +17,8 @@ pub struct Answer {
     pub answers: Vec<Record>,
     /// Authority section (the SOA of negative answers).
     pub authority: Vec<Record>,
+    /// Where the encoded response may be cached (authoritative answers only).
+    pub slot: Option<CacheSlot>,
 }
 
 impl Answer {
@@ -26,6 +29,7 @@ impl Answer {
             authoritative: false,
             answers: Vec::new(),
             authority: Vec::new(),
+            slot: None,
         }
     }
 }
@@ -36,16 +40,21 @@ pub fn answer(index: &Index, name: &LowerName, rtype: RecordType, class: DNSClas
     if class != DNSClass::IN && class != DNSClass::ANY {
         return Answer::code(ResponseCode::Refused);
     }
+    // Taken before the lookup: see `CacheSlot`.
+    let slot = index.cache_slot(name);
     let owner = match index.lookup(name) {
         Lookup::NotInZone => return Answer::code(ResponseCode::Refused),
         Lookup::NotReady => return Answer::code(ResponseCode::ServFail),
         Lookup::NxDomain => None,
         Lookup::Found(owner) => Some(owner),
     };
-    let answers = owner
+    let mut answers = owner
         .as_ref()
         .map(|o| index.records(o, &Name::from(name), rtype))
         .unwrap_or_default();
+    if rtype == RecordType::ANY && !answers.is_empty() {
+        answers = vec![any_hinfo(name, index)];
+    }
     let authority = if answers.is_empty() {
         vec![index.soa_for(name)]
     } else {
@@ -60,5 +69,32 @@ pub fn answer(index: &Index, name: &LowerName, rtype: RecordType, class: DNSClas
         authoritative: true,
         answers,
         authority,
+        slot: Some(slot),
     }
+}
+
+/// The answer to ANY at a name that owns records: one synthesized HINFO
+/// (RFC 8482 §4.2), CPU "RFC8482" and an empty OS, with the zone's TTL (the
+/// SOA's), instead of every record (a big amplification for headless names).
+fn any_hinfo(name: &LowerName, index: &Index) -> Record {
+    let hinfo = HINFO::new("RFC8482".to_owned(), String::new());
+    Record::from_rdata(Name::from(name), index.soa().ttl, RData::HINFO(hinfo))
+}
+
+/// The answer to a zone transfer asked over UDP, where it is not defined
+/// (RFC 5936 §4.2 for AXFR): IXFR of the zone gets the zone's SOA alone, which
+/// tells the client to ask again over TCP (RFC 1995 §2, §4); anything else
+/// NOTIMP, "the kind of query is not supported" (RFC 1035 §4.1.1).
+pub fn transfer_over_udp(index: &Index, name: &LowerName, rtype: RecordType) -> Answer {
+    let soa = index.soa();
+    if rtype == RecordType::IXFR && index.is_synced() && **name == soa.name {
+        return Answer {
+            code: ResponseCode::NoError,
+            authoritative: true,
+            answers: vec![soa],
+            authority: Vec::new(),
+            slot: None,
+        };
+    }
+    Answer::code(ResponseCode::NotImp)
 }

@@ -3,7 +3,11 @@
 
 mod answer;
 mod certificates;
+mod encode;
+mod log_limit;
 pub mod notify;
+mod opt_check;
+mod question;
 mod response;
 mod server;
 mod tcp;
@@ -12,7 +16,7 @@ mod transfer;
 mod udp;
 
 pub use answer::{Answer, answer};
-pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
+pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
 pub use server::DnsServer;
 pub use tls::{TlsListener, check as check_tls};
 pub use transfer::TransferPolicy;

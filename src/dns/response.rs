@@ -1,28 +1,23 @@
-//! Builds and encodes whole responses, for UDP, TCP and TLS alike, with
-//! hickory-proto's encoder (which truncates and sets TC when a size is set).
+//! Builds and encodes whole responses, for UDP, TCP and TLS alike (see
+//! `encode` for how they are cut to the client's size).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hickory_proto::ProtoError;
-use hickory_proto::op::{Edns, Metadata, OpCode, ResponseCode};
-use hickory_proto::rr::Record;
-use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
-use hickory_proto::serialize::binary::BinEncoder;
-use hickory_server::zone_handler::{
-    MessageRequest, MessageResponse, MessageResponseBuilder, Queries,
-};
-
-use std::net::SocketAddr;
-
-use hickory_proto::op::{Header, MessageType};
+use hickory_proto::op::{Edns, Header, MessageType, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::RecordType;
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
+use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use tracing::debug;
+use hickory_server::zone_handler::{MessageRequest, Queries};
 
-use super::answer::{Answer, answer};
-use crate::index::Index;
+use super::answer::{Answer, answer, transfer_over_udp};
+use super::encode::Sections;
+use super::opt_check::options_cut;
+use super::question;
+use crate::index::{CacheSlot, Index};
 
 /// Responses to padded queries over TLS are padded to a multiple of this
 /// (RFC 8467 §4.1, Block-Length Padding).
@@ -36,41 +31,59 @@ pub struct Response {
     metadata: Metadata,
     answer: Answer,
     edns: Option<Edns>,
+    udp_limit: u16,
+    /// Whether the question is echoed (not when it broke a rule).
+    echo_question: bool,
+    problem: Option<Problem>,
 }
-
-/// The message type hickory-server sends for a [`Response`].
-pub type Message<'q> = MessageResponse<
-    'q,
-    'q,
-    std::slice::Iter<'q, Record>,
-    std::slice::Iter<'q, Record>,
-    std::iter::Empty<&'q Record>,
-    std::iter::Empty<&'q Record>,
->;
 
 impl Response {
     /// Answers a request: one question of opcode QUERY, EDNS version 0 at most.
-    pub fn new(index: &Index, request: &MessageRequest) -> Self {
-        let edns = request.edns.as_ref().map(|asked| {
-            let mut edns = Edns::new();
-            edns.set_max_payload(asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
-            edns
-        });
+    pub fn new(index: &Index, request: &Request) -> Self {
+        let udp = request.protocol() == Protocol::Udp;
         let answer = match request.queries.queries() {
             _ if request.edns.as_ref().is_some_and(|e| e.version() > 0) => {
                 Answer::code(ResponseCode::BADVERS)
             }
             _ if request.metadata.op_code != OpCode::Query => Answer::code(ResponseCode::NotImp),
+            [query] if udp && matches!(query.query_type(), RecordType::AXFR | RecordType::IXFR) => {
+                transfer_over_udp(index, query.name(), query.query_type())
+            }
             [query] => answer(index, query.name(), query.query_type(), query.query_class()),
             _ => Answer::code(ResponseCode::FormErr),
         };
+        Self::with_answer(request, answer, None)
+    }
+
+    /// FORMERR for a request that decodes but breaks a rule (`problem`); the
+    /// question is not echoed, the OPT record is.
+    fn malformed(request: &Request, problem: Problem) -> Self {
+        Self::with_answer(request, Answer::code(ResponseCode::FormErr), Some(problem))
+    }
+
+    fn with_answer(request: &Request, answer: Answer, problem: Option<Problem>) -> Self {
+        // Our OPT advertises our own limit (RFC 6891 §6.2.5) and copies the
+        // DO bit (RFC 3225 §3).
+        let edns = request.edns.as_ref().map(|asked| {
+            let mut edns = Edns::new();
+            edns.set_max_payload(MAX_UDP_PAYLOAD);
+            edns.set_dnssec_ok(asked.flags().dnssec_ok);
+            edns
+        });
+        let udp_limit = request
+            .edns
+            .as_ref()
+            .map_or(512, |asked| asked.max_payload().clamp(512, MAX_UDP_PAYLOAD));
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.response_code = answer.code;
         metadata.authoritative = answer.authoritative;
         Self {
             metadata,
+            echo_question: problem.is_none(),
             answer,
             edns,
+            udp_limit,
+            problem,
         }
     }
 
@@ -81,34 +94,30 @@ impl Response {
 
     /// The largest UDP response the client accepts.
     pub fn udp_limit(&self) -> u16 {
-        self.edns.as_ref().map_or(512, Edns::max_payload)
+        self.udp_limit
     }
 
-    /// The message, with or without its EDNS record.
-    pub fn message<'q>(&'q self, queries: &'q Queries, with_edns: bool) -> Message<'q> {
-        let edns = self.edns.as_ref().filter(|_| with_edns);
-        MessageResponseBuilder::new(queries, edns).build(
-            self.metadata,
-            self.answer.answers.iter(),
-            self.answer.authority.iter(),
-            std::iter::empty(),
-            std::iter::empty(),
-        )
-    }
-
-    /// Encodes the message into at most `max_size` bytes (TC set when cut).
+    /// Encodes the response, with or without its OPT record, into at most
+    /// `max_size` bytes (whole records only, TC set when some were left out).
+    /// The question is re-encoded from the parsed one, in the case asked.
     pub fn encode(
         &self,
         queries: &Queries,
         with_edns: bool,
         max_size: u16,
     ) -> Result<Vec<u8>, ProtoError> {
-        let mut bytes = Vec::with_capacity(512);
-        let mut encoder = BinEncoder::new(&mut bytes);
-        encoder.set_max_size(max_size);
-        self.message(queries, with_edns)
-            .destructive_emit(&mut encoder)?;
-        Ok(bytes)
+        let query = match queries.queries() {
+            [query] if self.echo_question => Some(query.original()),
+            _ => None,
+        };
+        Sections {
+            metadata: self.metadata,
+            query,
+            answers: &self.answer.answers,
+            authority: &self.answer.authority,
+            edns: self.edns.as_ref().filter(|_| with_edns),
+        }
+        .encode(max_size)
     }
 
     /// Encodes for TCP or TLS (no size limit). Over TLS, the response to a
@@ -140,24 +149,27 @@ impl Response {
     }
 
     /// What was answered, for metrics.
-    pub fn outcome(&self, request: &MessageRequest) -> Outcome {
+    pub fn outcome(&self, request: &Request) -> Outcome {
         let rtype = request.queries.queries().first().map(|q| q.query_type());
         Outcome {
             rtype,
             rcode: self.answer.code,
+            problem: self.problem,
         }
     }
 
-    /// The full response without EDNS, to cache for the same question: an
-    /// authoritative answer (records, NODATA or NXDOMAIN), nothing else.
-    pub fn cacheable(&self, queries: &Queries) -> Option<Arc<[u8]>> {
+    /// The full response without EDNS, to cache for the same question, and
+    /// where: an authoritative answer (records, NODATA or NXDOMAIN) only.
+    pub fn cacheable(&self, queries: &Queries) -> Option<(&CacheSlot, Arc<[u8]>)> {
         let code = self.answer.code;
+        let slot = self.answer.slot.as_ref()?;
         let authoritative = self.answer.authoritative
             && matches!(code, ResponseCode::NoError | ResponseCode::NXDomain);
         if !authoritative {
             return None;
         }
-        self.encode(queries, false, u16::MAX).ok().map(Arc::from)
+        let full = self.encode(queries, false, u16::MAX).ok()?;
+        Some((slot, Arc::from(full)))
     }
 }
 
@@ -168,6 +180,34 @@ pub struct Outcome {
     pub rtype: Option<RecordType>,
     /// The response code sent.
     pub rcode: ResponseCode,
+    /// What was wrong with the request, if anything (counted, not logged).
+    pub problem: Option<Problem>,
+}
+
+/// A problem with a request that a remote sender controls: counted in a
+/// metric, never logged per packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The header read but the rest did not (answered FORMERR).
+    Unreadable,
+    /// A compression pointer in the question (FORMERR, RFC 1035 §4.1.4).
+    QuestionPointer,
+    /// EDNS options cut short (they are ignored).
+    EdnsOptions,
+}
+
+impl Problem {
+    /// Every problem, in the order of their metric labels.
+    pub const ALL: [Self; 3] = [Self::Unreadable, Self::QuestionPointer, Self::EdnsOptions];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unreadable => "unreadable",
+            Self::QuestionPointer => "question_pointer",
+            Self::EdnsOptions => "edns_options",
+        }
+    }
 }
 
 /// A request decoded with hickory and what to do with it.
@@ -180,29 +220,42 @@ pub enum Handled {
     Ignored,
 }
 
-/// Decodes `packet` and answers it (the path for every TCP query and for UDP
-/// queries the cache cannot serve). The transport is only recorded.
-pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr) -> Handled {
-    let request = match Request::from_bytes(packet.to_vec(), peer, Protocol::Udp) {
-        Ok(request) => request,
-        Err(error) => return formerr(packet, &error),
+/// Decodes `packet`, received over `protocol`, and answers it (the path for
+/// every TCP query and for UDP queries the cache cannot serve).
+pub fn handle(index: &Index, packet: &[u8], peer: SocketAddr, protocol: Protocol) -> Handled {
+    let question_end = question::end(packet);
+    let pointer = question_end == Err(question::Bad::Pointer);
+    let Ok(request) = Request::from_bytes(packet.to_vec(), peer, protocol) else {
+        let problem = if pointer {
+            Problem::QuestionPointer
+        } else {
+            Problem::Unreadable
+        };
+        return formerr(packet, problem);
     };
     if request.metadata.message_type != MessageType::Query {
         return Handled::Ignored;
     }
-    let response = Response::new(index, &request);
+    if pointer {
+        let response = Response::malformed(&request, Problem::QuestionPointer);
+        return Handled::Answered(Box::new(request), response);
+    }
+    let mut response = Response::new(index, &request);
+    if question_end.is_ok_and(|end| options_cut(packet, end)) {
+        response.problem = Some(Problem::EdnsOptions);
+    }
     Handled::Answered(Box::new(request), response)
 }
 
-/// FORMERR for a packet whose header reads but whose body does not.
-fn formerr(packet: &[u8], error: &dyn std::fmt::Display) -> Handled {
+/// FORMERR for a packet whose header reads but whose body does not: the
+/// header alone.
+fn formerr(packet: &[u8], problem: Problem) -> Handled {
     let Ok(header) = Header::read(&mut BinDecoder::new(packet)) else {
         return Handled::Ignored;
     };
     if header.metadata.message_type != MessageType::Query {
         return Handled::Ignored;
     }
-    debug!(%error, id = header.metadata.id, "malformed query");
     let mut metadata = Metadata::response_from_request(&header.metadata);
     metadata.response_code = ResponseCode::FormErr;
     let header = Header {
@@ -216,6 +269,7 @@ fn formerr(packet: &[u8], error: &dyn std::fmt::Display) -> Handled {
     let outcome = Outcome {
         rtype: None,
         rcode: ResponseCode::FormErr,
+        problem: Some(problem),
     };
     Handled::Malformed(bytes, outcome)
 }

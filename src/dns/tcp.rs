@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use hickory_server::net::xfer::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -123,7 +124,7 @@ pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
             continue;
         }
         let started = Instant::now();
-        let (bytes, outcome) = match handle(&index, &request, peer) {
+        let (bytes, outcome) = match handle(&index, &request, peer, Protocol::Tcp) {
             Handled::Answered(request, mut response) => {
                 match response.encode_stream(&request, encrypted) {
                     Ok(bytes) => (bytes, response.outcome(&request)),
@@ -136,6 +137,7 @@ pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
         {
             let mut recorder = recorder.lock().unwrap_or_else(|e| e.into_inner());
             recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+            recorder.problem(outcome.problem);
             recorder.flush();
         }
         if let Err(error) = framed.send(Bytes::from(bytes)).await {

@@ -12,14 +12,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, Record, RecordType};
+use hickory_proto::rr::{Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
+use hickory_server::net::xfer::Protocol;
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
 use tracing::{debug, warn};
 
 use super::COMMON_TYPES;
-use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, handle};
+use super::log_limit::LogLimit;
+use super::opt_check::options_cut;
+use super::question;
+use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::index::Index;
 use crate::metrics::{DnsRecorder, Metrics};
 
@@ -29,17 +33,23 @@ const BATCH: usize = 32;
 const MAX_REQUEST: usize = 4096;
 /// How often a worker checks whether it should stop.
 const POLL: Duration = Duration::from_millis(200);
+/// Lines about failures a sender can cause: at most one a minute.
+static LOG_LIMIT: LogLimit = LogLimit::new(Duration::from_secs(60));
 
-/// Our OPT record (EDNS version 0, payload 1232), encoded once.
-static OPT: LazyLock<Vec<u8>> = LazyLock::new(|| {
+/// Our OPT records (EDNS version 0, payload 1232), encoded once: without
+/// and with the DO bit, which is copied from the query (RFC 3225 §3).
+static OPT: LazyLock<[Vec<u8>; 2]> = LazyLock::new(|| [opt(false), opt(true)]);
+
+fn opt(dnssec_ok: bool) -> Vec<u8> {
     let mut edns = Edns::new();
     edns.set_max_payload(MAX_UDP_PAYLOAD);
+    edns.set_dnssec_ok(dnssec_ok);
     let mut bytes = Vec::new();
     Record::from(&edns)
         .emit(&mut BinEncoder::new(&mut bytes))
         .expect("an OPT record encodes");
     bytes
-});
+}
 
 /// UDP worker threads; they stop when this is dropped.
 pub struct UdpWorkers {
@@ -118,6 +128,7 @@ fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &At
             let started = Instant::now();
             if let Some(outcome) = respond(index, &requests[i][..len], peer, out) {
                 recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+                recorder.problem(outcome.problem);
                 peers[count] = address;
                 count += 1;
             }
@@ -174,6 +185,7 @@ pub fn respond(
         return Some(Outcome {
             rtype: Some(query.query.query_type()),
             rcode,
+            problem: query.edns_cut.then_some(Problem::EdnsOptions),
         });
     }
     slow(index, packet, peer, out)
@@ -181,7 +193,7 @@ pub fn respond(
 
 /// Builds the response with hickory, caching it when the name exists.
 fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Option<Outcome> {
-    let (request, response) = match handle(index, packet, peer) {
+    let (request, response) = match handle(index, packet, peer, Protocol::Udp) {
         Handled::Answered(request, response) => (request, response),
         Handled::Malformed(bytes, outcome) => {
             out.extend_from_slice(&bytes);
@@ -189,43 +201,49 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
         }
         Handled::Ignored => return None,
     };
+    let limit = response.udp_limit();
     if let [query] = request.queries.queries()
         && COMMON_TYPES.contains(&query.query_type())
-        && let Some(full) = response.cacheable(&request.queries)
+        && let Some((slot, full)) = response.cacheable(&request.queries)
     {
         // The complete response is cached without EDNS (the OPT record is
         // added when reused); one cut to the client's limit keeps its OPT
-        // record, which the encoder writes after the records that fit.
-        let (name, question) = (Name::from(query.name()), request.queries.as_bytes());
-        let with_edns = request.edns.is_some();
-        let limit = response.udp_limit();
-        if full.len() + if with_edns { OPT.len() } else { 0 } > usize::from(limit)
-            && let Ok(cut) = response.encode(&request.queries, with_edns, limit)
+        // record, so its variant says whether it has one and with which DO.
+        let question = request.queries.as_bytes();
+        let negative = response.answer().answers.is_empty();
+        let edns = request.edns.as_ref().map(|e| e.flags().dnssec_ok);
+        let opt_len = edns.map_or(0, |dnssec_ok| OPT[usize::from(dnssec_ok)].len());
+        if full.len() + opt_len > usize::from(limit)
+            && let Ok(cut) = response.encode(&request.queries, true, limit)
         {
-            index.store(
-                &name,
-                question,
-                cut_variant(limit, with_edns),
-                Arc::from(cut),
-            );
+            let variant = cut_variant(limit, edns);
+            index.store(slot, question, variant, Arc::from(cut), negative);
         }
-        index.store(&name, question, 0, full);
+        index.store(slot, question, 0, full, negative);
     }
-    match response.encode(&request.queries, true, response.udp_limit()) {
+    match response.encode(&request.queries, true, limit) {
         Ok(bytes) => {
             out.extend_from_slice(&bytes);
             Some(response.outcome(&request))
         }
         Err(error) => {
-            warn!(%error, %peer, "cannot encode a response");
+            if LOG_LIMIT.allow() {
+                warn!(%error, %peer, "cannot encode a response (logged at most once a minute)");
+            }
             None
         }
     }
 }
 
-/// The cache variant of a response cut to `limit` bytes, with or without EDNS.
-fn cut_variant(limit: u16, edns: bool) -> u16 {
-    limit | if edns { 0x8000 } else { 0 }
+/// The cache variant of a response cut to `limit` bytes, without EDNS or
+/// with it and this DO bit.
+fn cut_variant(limit: u16, edns: Option<bool>) -> u16 {
+    limit
+        | match edns {
+            None => 0,
+            Some(false) => 0x8000,
+            Some(true) => 0xc000,
+        }
 }
 
 /// A plain query: one question, no answer or authority records, at most an
@@ -234,7 +252,10 @@ struct FastQuery {
     query: Query,
     question_end: usize,
     limit: usize,
-    edns: bool,
+    /// The DO bit of the query's OPT record; None without EDNS.
+    edns: Option<bool>,
+    /// Whether the OPT record's options are cut short (they are ignored).
+    edns_cut: bool,
 }
 
 impl FastQuery {
@@ -251,8 +272,10 @@ impl FastQuery {
         if !plain {
             return None;
         }
+        // A name without compression pointers (else the slow path: FORMERR).
+        let question_end = question::end(packet).ok()?;
         let query = Query::read(&mut decoder).ok()?;
-        let question_end = decoder.index();
+        let edns_cut = c.additionals == 1 && options_cut(packet, decoder.index());
         let (edns, limit) = if c.additionals == 1 {
             let record = Record::read(&mut decoder).ok()?;
             if record.record_type() != RecordType::OPT {
@@ -262,26 +285,37 @@ impl FastQuery {
             if edns.version() > 0 {
                 return None;
             }
-            (true, edns.max_payload().clamp(512, MAX_UDP_PAYLOAD))
+            let limit = edns.max_payload().clamp(512, MAX_UDP_PAYLOAD);
+            (Some(edns.flags().dnssec_ok), limit)
         } else {
-            (false, 512)
+            (None, 512)
         };
-        (decoder.index() == packet.len()).then_some(Self {
+        (decoder.index() == packet.len() && decoder.index() >= question_end).then_some(Self {
             query,
             question_end,
             limit: usize::from(limit),
             edns,
+            edns_cut,
         })
+    }
+
+    /// The OPT record to add to a complete cached response (empty without EDNS).
+    fn opt(&self) -> &'static [u8] {
+        self.edns
+            .map_or(&[], |dnssec_ok| &OPT[usize::from(dnssec_ok)])
     }
 
     /// The cached response for this query: the complete one if it fits the
     /// client's limit (its OPT record still to add), else the one cut to that
     /// limit (TC set, OPT included), if stored.
     fn lookup(&self, index: &Index, packet: &[u8]) -> Option<(Arc<[u8]>, bool)> {
-        let (name, question) = (self.query.name(), &packet[12..self.question_end]);
+        let (name, question) = (
+            self.query.name(),
+            &packet[question::START..self.question_end],
+        );
         let full = index.cached(name, question, 0)?;
-        if full.len() + if self.edns { OPT.len() } else { 0 } <= self.limit {
-            return Some((full, self.edns));
+        if full.len() + self.opt().len() <= self.limit {
+            return Some((full, self.edns.is_some()));
         }
         let limit = u16::try_from(self.limit).ok()?;
         Some((
@@ -298,11 +332,12 @@ impl FastQuery {
         packet: &[u8],
         out: &mut Vec<u8>,
     ) -> bool {
-        let opt = if add_opt { OPT.len() } else { 0 };
+        let opt = if add_opt { self.opt() } else { &[] };
+        let question = question::START..self.question_end;
         let same_question = cached
-            .get(12..self.question_end)
-            .is_some_and(|q| q.eq_ignore_ascii_case(&packet[12..self.question_end]));
-        if !same_question || cached.len() + opt > self.limit {
+            .get(question.clone())
+            .is_some_and(|q| q.eq_ignore_ascii_case(&packet[question.clone()]));
+        if !same_question || cached.len() + opt.len() > self.limit {
             return false;
         }
         out.extend_from_slice(&cached);
@@ -311,11 +346,135 @@ impl FastQuery {
         out[2] = (out[2] & !0x01) | (packet[2] & 0x01);
         out[3] = (out[3] & !0x10) | (packet[3] & 0x10);
         // The question exactly as asked (same length: only case differs).
-        out[12..self.question_end].copy_from_slice(&packet[12..self.question_end]);
+        out[question.clone()].copy_from_slice(&packet[question]);
         if add_opt {
-            out.extend_from_slice(&OPT);
+            out.extend_from_slice(opt);
             out[10..12].copy_from_slice(&1u16.to_be_bytes());
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::sync::atomic::AtomicUsize;
+
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::{LowerName, Name};
+
+    use super::*;
+    use crate::dns::Response;
+    use crate::index::tests::demo_index;
+    use crate::index::{Lookup, Owner};
+    use crate::model::ServiceKey;
+
+    /// Queries about `web.shop`: records, NODATA, with and without EDNS.
+    fn queries() -> Vec<Vec<u8>> {
+        let name = Name::from_str("web.shop.svc.clusterset.local.").unwrap();
+        let asked = [
+            (RecordType::A, None),
+            (RecordType::AAAA, None),
+            (RecordType::SRV, Some(1232)),
+        ];
+        asked
+            .into_iter()
+            .map(|(rtype, edns)| {
+                let mut message = Message::query();
+                message.add_query(Query::query(name.clone(), rtype));
+                if let Some(payload) = edns {
+                    let mut opt = Edns::new();
+                    opt.set_max_payload(payload);
+                    message.set_edns(opt);
+                }
+                message.to_vec().unwrap()
+            })
+            .collect()
+    }
+
+    /// The reply computed now, without the cache.
+    fn fresh(index: &Index, packet: &[u8], peer: SocketAddr) -> Vec<u8> {
+        let Handled::Answered(request, response) = handle(index, packet, peer, Protocol::Udp)
+        else {
+            panic!("a plain query")
+        };
+        let response: Response = response;
+        response
+            .encode(&request.queries, true, response.udp_limit())
+            .unwrap()
+    }
+
+    /// Issue 14, fault 0: with updates of a service racing queries about
+    /// it, once the updates stop and the queries in flight are done, every
+    /// UDP reply (from the cache) is the one computed afresh, as TCP would
+    /// send it.
+    #[test]
+    fn updates_racing_queries_leave_no_stale_cached_answer() {
+        // Bounded in rounds and time; the old store-by-name failed within
+        // 1400 rounds (3 runs of 3).
+        const ROUNDS: usize = 2000;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let index = Arc::new(demo_index(false));
+        let web = LowerName::from_str("web.shop.svc.clusterset.local.").unwrap();
+        let Lookup::Found(Owner::Service(entry, _)) = index.lookup(&web) else {
+            panic!("web.shop is served")
+        };
+        let first = entry.import.clone();
+        let mut moved = (*first).clone();
+        moved.addresses = ["10.9.9.9".parse().unwrap()].into_iter().collect();
+        let states = [Some(first), Some(Arc::new(moved)), None];
+        let key = ServiceKey::new("shop", "web");
+        let peer: SocketAddr = "127.0.0.1:53000".parse().unwrap();
+        let packets = queries();
+        let stop = AtomicBool::new(false);
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            // Stops the queriers however the checks end (a panic included).
+            let _stop = StopOnDrop(&stop);
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        for packet in &packets {
+                            out.clear();
+                            respond(&index, packet, peer, &mut out);
+                        }
+                        done.fetch_add(1, Ordering::Release);
+                        std::thread::yield_now();
+                    }
+                });
+            }
+            for round in (0..ROUNDS).take_while(|_| Instant::now() < deadline) {
+                // Each round ends in another state, some of them while
+                // queries computed in the previous one are still in flight.
+                for step in 0..round % 7 + 1 {
+                    index.update(&key, states[(round + step) % 3].clone());
+                    index.commit();
+                    std::thread::yield_now();
+                }
+                // Let every query in flight during the updates finish.
+                let seen = done.load(Ordering::Acquire);
+                while done.load(Ordering::Acquire) < seen + 2 {
+                    std::thread::yield_now();
+                }
+                for packet in &packets {
+                    let mut cached = Vec::new();
+                    respond(&index, packet, peer, &mut cached);
+                    let mut again = Vec::new();
+                    respond(&index, packet, peer, &mut again);
+                    let fresh = fresh(&index, packet, peer);
+                    assert_eq!(cached, fresh, "round {round}: stale UDP answer");
+                    assert_eq!(again, fresh, "round {round}: stale cached answer");
+                }
+            }
+        });
+    }
+
+    struct StopOnDrop<'a>(&'a AtomicBool);
+
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
     }
 }

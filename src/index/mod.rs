@@ -10,7 +10,7 @@ pub mod serial;
 mod zone;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
@@ -49,7 +49,16 @@ pub enum Lookup {
 /// A fast, randomly seeded hasher for the maps on the query path.
 type Hasher = foldhash::fast::RandomState;
 /// Encoded responses by question (name lower-cased, type and class as asked).
-type ResponseCache = RwLock<HashMap<Box<[u8]>, Arc<[u8]>, Hasher>>;
+type ResponseCache = RwLock<HashMap<Box<[u8]>, Cached, Hasher>>;
+
+/// A cached response.
+#[derive(Debug)]
+struct Cached {
+    /// For a response that carries the SOA (a negative answer), the commit
+    /// generation it was computed in: its serial is void after the next one.
+    generation: Option<u64>,
+    bytes: Arc<[u8]>,
+}
 /// Most cached responses for names not under a service (fixed names and
 /// unknown names); the cache starts over when full.
 const MAX_OTHER_RESPONSES: usize = 100_000;
@@ -66,6 +75,18 @@ pub struct ServiceEntry {
     cache: ResponseCache,
 }
 
+/// Where a response may be cached: taken before the response is computed
+/// (see [`Index::cache_slot`]), so that an update in between can only make
+/// the stored response unreachable, never serve it for the new state.
+#[derive(Clone, Debug)]
+pub struct CacheSlot {
+    /// The entry of the service the name lies under, as it was then; None:
+    /// the cache of all other names.
+    entry: Option<Arc<ServiceEntry>>,
+    /// The commit generation then (the SOA serial changes with each).
+    generation: u64,
+}
+
 /// The zone's names and records.
 #[derive(Debug)]
 pub struct Index {
@@ -76,6 +97,9 @@ pub struct Index {
     services: DashMap<Box<str>, Arc<ServiceEntry>, Hasher>,
     namespaces: DashMap<Box<str>, usize, Hasher>,
     fixed_cache: ResponseCache,
+    /// Commits so far: a response computed before the latest commit is not
+    /// stored (names outside services) or not served (negative answers).
+    generation: AtomicU64,
     soa: RwLock<Record>,
     synced: AtomicBool,
     serial: AtomicU32,
@@ -97,6 +121,7 @@ impl Index {
             services: DashMap::default(),
             namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
+            generation: AtomicU64::new(0),
             soa: RwLock::new(soa_record(&apex_name, ttl, serial)),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
@@ -221,11 +246,13 @@ impl Index {
         let mut buffer = [0u8; MAX_KEY];
         let key = cache_key(question, variant, &mut buffer)?;
         let read = |cache: &ResponseCache| {
-            cache
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(key)
-                .cloned()
+            let cache = cache.read().unwrap_or_else(|e| e.into_inner());
+            let cached = cache.get(key)?;
+            let current = || self.generation.load(Ordering::Acquire);
+            if cached.generation.is_some_and(|g| g != current()) {
+                return None;
+            }
+            Some(cached.bytes.clone())
         };
         match self.service_of(name) {
             Some(entry) => read(&entry.cache),
@@ -233,26 +260,52 @@ impl Index {
         }
     }
 
-    /// Keeps an authoritative encoded response (records, NODATA or NXDOMAIN)
-    /// to reuse for the same question about `name` until the name's service
-    /// changes (names under a service) or the next commit (all others). A
-    /// cache that reaches its bound starts over, so floods of unknown names
-    /// cannot grow it without limit.
-    pub fn store(&self, name: &Name, question: &[u8], variant: u16, response: Arc<[u8]>) {
+    /// Where a response about `name` computed from now on may be stored.
+    pub fn cache_slot(&self, name: &Name) -> CacheSlot {
+        CacheSlot {
+            // The generation first: a commit after it voids the slot.
+            generation: self.generation.load(Ordering::Acquire),
+            entry: self.service_of(name),
+        }
+    }
+
+    /// Keeps an authoritative encoded response (records, NODATA or NXDOMAIN:
+    /// `negative`, with the SOA) to reuse for the same question, in the
+    /// `slot` taken before it was computed. It is served until the name's
+    /// service changes (names under a service) or the next commit (all other
+    /// names, and negative answers, whose SOA serial a commit changes), and
+    /// never after, even if that change came while it was computed. A cache
+    /// that reaches its bound starts over, so floods of unknown names cannot
+    /// grow it without limit.
+    pub fn store(
+        &self,
+        slot: &CacheSlot,
+        question: &[u8],
+        variant: u16,
+        response: Arc<[u8]>,
+        negative: bool,
+    ) {
         let mut buffer = [0u8; MAX_KEY];
         let Some(key) = cache_key(question, variant, &mut buffer) else {
             return;
         };
-        let entry = self.service_of(name);
-        let (cache, bound) = match &entry {
+        let (cache, bound) = match &slot.entry {
             Some(entry) => (&entry.cache, MAX_SERVICE_RESPONSES),
             None => (&self.fixed_cache, MAX_OTHER_RESPONSES),
         };
         let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock that `commit` clears the other names under.
+        if slot.entry.is_none() && slot.generation != self.generation.load(Ordering::Acquire) {
+            return;
+        }
         if cache.len() >= bound {
             cache.clear();
         }
-        cache.entry(key.into()).or_insert(response);
+        let cached = Cached {
+            generation: (negative && slot.entry.is_some()).then_some(slot.generation),
+            bytes: response,
+        };
+        cache.insert(key.into(), cached);
     }
 
     /// Replaces a service's import (None: the service is gone).
@@ -301,10 +354,9 @@ impl Index {
         *self.soa.write().unwrap_or_else(|e| e.into_inner()) =
             soa_record(&self.zone, self.ttl, serial);
         self.serials.send_replace(serial);
-        self.fixed_cache
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        let mut fixed = self.fixed_cache.write().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        fixed.clear();
     }
 
     /// The service entry of `<service>.<namespace>` (labels in any case).
@@ -403,7 +455,7 @@ fn records_name(zone: &Name, labels: &str) -> Option<Name> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::str::FromStr;
 
     use super::*;
@@ -414,7 +466,7 @@ mod tests {
     /// An index over `web.shop` (ClusterSetIP, port http) and `db.shop`
     /// (headless; `db-0` and a dashed-IP pod in cluster `east`, one pod in
     /// cluster `eu.west`, a two-label id).
-    fn demo_index(cluster_targeting: bool) -> Index {
+    pub(crate) fn demo_index(cluster_targeting: bool) -> Index {
         let index = Index::new(
             Name::from_str("clusterset.local.").unwrap(),
             5,
@@ -548,8 +600,9 @@ mod tests {
         let index = demo_index(false);
         let web = Name::from_str("Web.shop.svc.clusterset.local.").unwrap();
         let question = b"\x03Web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
-        index.store(&web, question, 0, Arc::from(&b"full"[..]));
-        index.store(&web, question, 512, Arc::from(&b"cut"[..]));
+        let slot = index.cache_slot(&web);
+        index.store(&slot, question, 0, Arc::from(&b"full"[..]), false);
+        index.store(&slot, question, 512, Arc::from(&b"cut"[..]), false);
         let lower = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
         assert_eq!(
             index.cached(&web, lower, 0).as_deref(),
@@ -566,7 +619,13 @@ mod tests {
         // A new import for the service drops its responses; a commit drops the others.
         let apex = Name::from_str("clusterset.local.").unwrap();
         let soa_question = b"\x0aclusterset\x05local\x00\x00\x06\x00\x01";
-        index.store(&apex, soa_question, 0, Arc::from(&b"soa"[..]));
+        index.store(
+            &index.cache_slot(&apex),
+            soa_question,
+            0,
+            Arc::from(&b"soa"[..]),
+            false,
+        );
         let web_key = ServiceKey::new("shop", "web");
         let import = index.entry(b"web", b"shop").unwrap().import.clone();
         index.update(&web_key, Some(import));
@@ -574,5 +633,55 @@ mod tests {
         assert!(index.cached(&apex, soa_question, 0).is_some());
         index.commit();
         assert!(index.cached(&apex, soa_question, 0).is_none());
+    }
+
+    /// Issue 14, fault 0: a response computed before an update and stored
+    /// after it must not be served for the new state.
+    #[test]
+    fn a_response_computed_before_an_update_is_never_served_after_it() {
+        let index = demo_index(false);
+        let web = Name::from_str("web.shop.svc.clusterset.local.").unwrap();
+        let question = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        let slot = index.cache_slot(&web);
+        let import = index.entry(b"web", b"shop").unwrap().import.clone();
+        index.update(&ServiceKey::new("shop", "web"), Some(import));
+        index.store(&slot, question, 0, Arc::from(&b"stale"[..]), false);
+        assert!(
+            index.cached(&web, question, 0).is_none(),
+            "stale response served"
+        );
+        index.store(
+            &index.cache_slot(&web),
+            question,
+            0,
+            Arc::from(&b"new"[..]),
+            false,
+        );
+        assert_eq!(
+            index.cached(&web, question, 0).as_deref(),
+            Some(&b"new"[..])
+        );
+
+        // Names outside services: a commit in between voids the slot.
+        let ns = Name::from_str("shop.svc.clusterset.local.").unwrap();
+        let ns_question = b"\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        let slot = index.cache_slot(&ns);
+        index.commit();
+        index.store(&slot, ns_question, 0, Arc::from(&b"stale"[..]), false);
+        assert!(
+            index.cached(&ns, ns_question, 0).is_none(),
+            "stale response served"
+        );
+        index.store(
+            &index.cache_slot(&ns),
+            ns_question,
+            0,
+            Arc::from(&b"new"[..]),
+            false,
+        );
+        assert_eq!(
+            index.cached(&ns, ns_question, 0).as_deref(),
+            Some(&b"new"[..])
+        );
     }
 }

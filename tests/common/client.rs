@@ -264,3 +264,37 @@ pub fn addresses(outcome: Outcome) -> BTreeSet<IpAddr> {
         other => panic!("addresses expected, got {other:?}"),
     }
 }
+
+/// Decodes a reply strictly, as dnspython does: every section holds exactly
+/// the records its count says (RFC 1035 §4.1), the OPT record counted among
+/// the additional ones, and no byte is left after the last record
+/// (RFC 2181 §9: never part of a record). Panics naming what is wrong.
+pub fn strict(reply: &[u8]) -> Message {
+    use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+    assert!(reply.len() >= 12, "a reply of {} bytes", reply.len());
+    let mut decoder = BinDecoder::new(reply);
+    let message = Message::read(&mut decoder)
+        .unwrap_or_else(|e| panic!("the reply does not decode: {e}: {reply:02x?}"));
+    assert_eq!(
+        decoder.len(),
+        0,
+        "{} bytes after the last counted record",
+        decoder.len()
+    );
+    let count = |at: usize| usize::from(u16::from_be_bytes([reply[at], reply[at + 1]]));
+    assert_eq!(count(4), message.queries.len(), "QDCOUNT");
+    assert_eq!(count(6), message.answers.len(), "ANCOUNT");
+    assert_eq!(count(8), message.authorities.len(), "NSCOUNT");
+    let additional = message.additionals.len() + usize::from(message.edns.is_some());
+    assert_eq!(count(10), additional, "ARCOUNT");
+    message
+}
+
+/// A query with the DO bit (RFC 3225) set in its OPT record.
+pub fn with_dnssec_ok(mut message: Message, payload: u16) -> Message {
+    let mut edns = Edns::new();
+    edns.set_max_payload(payload);
+    edns.set_dnssec_ok(true);
+    message.set_edns(edns);
+    message
+}
