@@ -21,7 +21,7 @@ use hickory_proto::rr::{DNSClass, LowerName, Name, RecordType};
 use clusterset_dns::dns::{answer, respond_udp};
 use clusterset_dns::engine::{Engine, EngineSettings};
 use clusterset_dns::index::Index;
-use clusterset_dns::source::manifests::ManifestSource;
+use clusterset_dns::sources::manifests::ManifestSource;
 use hickory_proto::op::{Edns, Message, Query};
 
 const CLUSTERS: usize = 3;

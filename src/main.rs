@@ -4,9 +4,11 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use clusterset_dns::cli::config_file::{self, Invocation};
 use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
-use clusterset_dns::config_file::{self, Invocation};
-use clusterset_dns::{crd, dns, explain, kubernetes, serve, status};
+use clusterset_dns::commands::{check, explain, status};
+use clusterset_dns::k8s::crd;
+use clusterset_dns::runtime::serve;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
@@ -68,15 +70,9 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
                 SourceKind::Kubernetes => status::render_kubernetes(&args).await?,
             }
         ),
-        Some(Command::Explain(args)) => print!("{}", explain::offline::render(&args).await?),
+        Some(Command::Explain(args)) => print!("{}", explain::render(&args).await?),
         Some(Command::Check(args)) => {
-            let mut report = match args.kubernetes.source {
-                SourceKind::Manifests => config_file::check(&args),
-                SourceKind::Kubernetes => kubernetes::check(&args.kubernetes).await,
-            };
-            if let Err(error) = dns::check_tls(&args.tls) {
-                report.problems.push(format!("{error:#}"));
-            }
+            let report = check::report(&args).await;
             print!("{}", report.summary);
             if !report.problems.is_empty() {
                 eprintln!("error: {} problem(s):", report.problems.len());

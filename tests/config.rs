@@ -5,8 +5,8 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
+use clusterset_dns::cli::config_file;
 use clusterset_dns::cli::{Command as CliCommand, SourceKind};
-use clusterset_dns::config_file;
 use common::{run_binary, run_binary_with, the_import};
 use serde_json::Value;
 use tempfile::TempDir;

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use clusterset_dns::crd;
+use clusterset_dns::k8s::crd;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 const BIN: &str = env!("CARGO_BIN_EXE_clusterset-dns");

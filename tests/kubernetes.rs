@@ -1095,7 +1095,7 @@ async fn the_cluster_id_comes_from_the_cluster_property() {
         ]) else {
             panic!("serve arguments expected")
         };
-        clusterset_dns::kubernetes::connect(&args.kubernetes).await
+        clusterset_dns::sources::kubernetes::client::connect(&args.kubernetes).await
     };
     let err = connect().await.err().expect("no id anywhere").to_string();
     assert!(err.contains("--cluster-id"), "{err}");

@@ -9,7 +9,7 @@ mod fake_apiserver;
 mod kube_clusterset;
 
 use clusterset_dns::cli::Command as CliCommand;
-use clusterset_dns::{explain, status};
+use clusterset_dns::commands::{explain, status};
 use common::*;
 use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
@@ -138,8 +138,7 @@ async fn explain_reads_the_api_servers_and_agrees_with_dns() {
     else {
         panic!("explain arguments expected")
     };
-    let e: Value =
-        serde_json::from_str(&explain::offline::render(&args).await.expect("explains")).unwrap();
+    let e: Value = serde_json::from_str(&explain::render(&args).await.expect("explains")).unwrap();
     assert_eq!(e["answer"]["rcode"], "NOERROR");
     assert_eq!(
         e["answer"]["answers"],

@@ -10,8 +10,8 @@ mod fake_apiserver;
 
 use std::time::{Duration, Instant};
 
-use clusterset_dns::kubernetes::lease::{Candidate, LEASE_NAME};
-use clusterset_dns::metrics::Metrics;
+use clusterset_dns::ops::metrics::Metrics;
+use clusterset_dns::writeback::lease::{Candidate, LEASE_NAME};
 use fake_apiserver::FakeApiServer;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};

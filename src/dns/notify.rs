@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::index::Index;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// Quiet time after a change before notifying: a burst of commits makes one round.
 const DEBOUNCE: Duration = Duration::from_secs(1);

@@ -12,7 +12,7 @@ use super::tcp;
 use super::transfer::TransferPolicy;
 use super::udp::UdpWorkers;
 use crate::index::Index;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// UDP socket buffer size asked for.
 const SOCKET_BUFFER: usize = 4 << 20;

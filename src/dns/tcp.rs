@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use super::response::{Handled, handle};
 use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
-use crate::metrics::DnsRecorder;
+use crate::ops::metrics::DnsRecorder;
 
 /// A protocol's metrics, shared by its connections.
 pub(super) type SharedRecorder = Arc<Mutex<DnsRecorder>>;

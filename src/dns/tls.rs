@@ -17,7 +17,7 @@ use super::certificates::Certificates;
 use super::tcp::{self, SharedRecorder};
 use crate::cli::TlsArgs;
 use crate::index::Index;
-use crate::metrics::{Metrics, TlsMetrics};
+use crate::ops::metrics::{Metrics, TlsMetrics};
 
 /// A bound DNS over TLS listener with its certificate loaded.
 pub struct TlsListener {

@@ -12,7 +12,7 @@ use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
 use ipnet::IpNet;
 
 use crate::index::{Index, serial};
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 
 /// Most bytes of records (uncompressed) per message: below the 64 KiB a TCP
 /// message can hold (RFC 5936 §2.2), with room for the header, question and OPT.

@@ -25,7 +25,7 @@ use super::opt_check::options_cut;
 use super::question;
 use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::index::Index;
-use crate::metrics::{DnsRecorder, Metrics};
+use crate::ops::metrics::{DnsRecorder, Metrics};
 
 /// Datagrams received and answered per system call.
 const BATCH: usize = 32;

@@ -9,8 +9,8 @@ use std::sync::{Arc, LazyLock};
 use litemap::LiteMap;
 use serde::Serialize;
 
-use super::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
-use crate::crd::ServicePort;
+use crate::k8s::crd::ServicePort;
+use crate::model::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
 use crate::model::{
     ClusterId, Endpoint, ExportInfo, Exported, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind,
     ServiceSpec, SliceInfo,
@@ -422,7 +422,7 @@ fn differences(
             &|| {
                 format!(
                     "{} {}",
-                    crate::crd::ANNOTATION_CLUSTERSET_IP,
+                    crate::k8s::crd::ANNOTATION_CLUSTERSET_IP,
                     vips(oldest.export)
                 )
             },

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::aggregate::Import;
-use super::conditions::{Condition, READY};
 use crate::model::ClusterId;
+use crate::model::conditions::{Condition, READY};
 
 /// `Ready` reason of an import whose every exporting cluster is dead.
 pub const UNREACHABLE: &str = "ClustersUnreachable";

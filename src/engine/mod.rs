@@ -3,7 +3,6 @@
 //! it [`Change`]s, the index reads the [`Import`]s it returns.
 
 pub mod aggregate;
-pub mod conditions;
 pub mod liveness;
 pub mod ports;
 pub mod vip;
@@ -14,11 +13,11 @@ use std::sync::Arc;
 
 use tracing::warn;
 
+use crate::model::conditions::ConflictReason;
 use crate::model::{Change, ClusterId, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey};
 pub use aggregate::{
     Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster, PerCluster, Policy,
 };
-use conditions::ConflictReason;
 use vip::{VipAllocator, VipPools};
 
 /// Hasher of the per-service maps (keys come from the clusters' own objects).

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::crd::ServicePort;
+use crate::k8s::crd::ServicePort;
 
 /// The ports of `import` that `service` defines identically (same name, port
 /// and protocol). Shares `service` when it backs all of its own ports.

@@ -4,8 +4,6 @@
 //! about the service, whether it exports it, its export conditions, the
 //! addresses it contributes and each endpoint left out, with the reason.
 
-pub mod http;
-pub mod offline;
 pub mod shared;
 mod text;
 
@@ -17,9 +15,9 @@ use hickory_proto::rr::{DNSClass, LowerName, Name, RecordType};
 use serde::Serialize;
 
 use crate::dns::answer;
-use crate::engine::conditions::{CONFLICT, Condition, VALID};
 use crate::engine::{Engine, ExportStatus, Import};
 use crate::index::{Index, Lookup, Owner, ServiceName};
+use crate::model::conditions::{CONFLICT, Condition, VALID};
 use crate::model::{ImportType, IpFamily, ServiceKey};
 
 pub use text::render_text;

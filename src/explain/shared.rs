@@ -7,7 +7,7 @@ use hickory_proto::rr::{Name, RecordType};
 
 use super::{Explanation, explain};
 use crate::index::Index;
-use crate::serve::Reconciler;
+use crate::runtime::serve::Reconciler;
 
 /// Where the source's task publishes its reconciler once it has one.
 /// Weak: the reconciler holds this (through its outputs) and must not keep

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::{ClusterExplanation, Explanation};
-use crate::engine::conditions::Condition;
-use crate::status::{list, usual_reason};
+use crate::commands::status::{list, usual_reason};
+use crate::model::conditions::Condition;
 
 /// Renders `e` for a terminal.
 pub fn render_text(e: &Explanation) -> String {

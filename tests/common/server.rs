@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use clusterset_dns::cli::{Cli, Command as CliCommand};
-use clusterset_dns::serve::{self, Running};
+use clusterset_dns::runtime::serve::{self, Running};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use clusterset_dns::cli::Command;
-use clusterset_dns::status;
+use clusterset_dns::commands::status;
 use serde_json::Value;
 
 use super::server::parse_cli;

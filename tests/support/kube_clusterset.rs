@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clusterset_dns::crd::v1alpha1::{ServiceExport, ServiceImport};
+use clusterset_dns::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;

@@ -1,0 +1,412 @@
+//! Command-line interface: `serve` (the default), `status`, `explain`, `check` and `crds`.
+//!
+//! Every flag of `serve`, `status` and `check` can also come from a YAML file
+//! (`--config FILE`, see [`crate::cli::config_file`]); parse with
+//! [`crate::cli::config_file::parse`] to honour it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub mod config_file;
+pub mod mode_flags;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use hickory_proto::rr::Name;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+use crate::engine::EngineSettings;
+use crate::engine::vip::VipPools;
+use crate::index::ReverseZone;
+use crate::model::IpFamily;
+
+/// Multi-Cluster Services reconciler and authoritative DNS for clusterset.local.
+///
+/// A flag given twice keeps its last value, so that the command line
+/// overrides the `--config` file.
+#[derive(Debug, Parser)]
+#[command(version, about, args_override_self = true)]
+pub struct Cli {
+    /// What to do (default: serve the demo clusterset).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// How much to log: error, warn, info, debug, trace, or tracing
+    /// directives such as `info,clusterset_dns=debug`. On the command line it
+    /// beats `RUST_LOG`, which beats the config file [default: info]
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = parse_log_level,
+          help_heading = "Logging")]
+    pub log_level: Option<String>,
+    /// Format of the log lines on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        value_name = "FORMAT",
+        help_heading = "Logging"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve DNS for the clusterset described by a manifest directory.
+    Serve(ServeArgs),
+    /// Print the imports and export conditions, like `kubectl get` would, and
+    /// exit; with `--source kubernetes`, also the broker's records (read only).
+    Status(StatusArgs),
+    /// Explain why a DNS name answers what it does: its import, each
+    /// cluster's part, every endpoint left out and why, and the exact answer.
+    /// Takes every flag of `serve` (the zone, TTL and families matter).
+    Explain(ExplainArgs),
+    /// Validate a configuration (flags, `--config` file, manifest directory,
+    /// VIP state file, TLS certificate and key; with `--source kubernetes`, the local and broker API
+    /// servers) without serving: exit 0 when `serve` would start cleanly,
+    /// non-zero with the problems otherwise.
+    Check(ServeArgs),
+    /// Print the ServiceExport and ServiceImport CustomResourceDefinitions
+    /// (generated from the Rust types) as multi-document YAML.
+    Crds,
+}
+
+/// Format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `message` and the fields).
+    Json,
+}
+
+/// Where the clusterset comes from and how it is reconciled (shared by all commands).
+#[derive(Debug, Clone, Args)]
+pub struct ClustersetArgs {
+    /// Directory with one sub-folder per member cluster (folder name = cluster id),
+    /// each holding Service, ServiceExport and EndpointSlice manifests.
+    #[arg(long, default_value = "config/demo", value_name = "DIR")]
+    pub manifests: PathBuf,
+    /// IP families the local cluster supports; imports keep only these.
+    #[arg(long, action = ArgAction::Set, value_delimiter = ',', default_value = "IPv4,IPv6",
+          value_name = "LIST", value_parser = parse_family)]
+    pub ip_families: Vec<IpFamily>,
+    /// Pool of IPv4 clusterset VIPs.
+    #[arg(long, default_value = "243.0.0.0/8", value_name = "CIDR")]
+    pub vip_pool_v4: Ipv4Net,
+    /// Pool of IPv6 clusterset VIPs.
+    #[arg(long, default_value = "fd00:c5e7::/48", value_name = "CIDR")]
+    pub vip_pool_v6: Ipv6Net,
+    /// File that keeps VIP allocations across restarts
+    /// [default: <DIR>/.clusterset-dns/vips.json].
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+    /// Give ClusterSetIP imports clusterset VIPs, unless their ServiceExport's
+    /// `clusterset-dns.io/use-clusterset-ip` annotation says otherwise; without
+    /// VIPs a name resolves to the exporting clusters' own ClusterIPs.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
+    pub clusterset_ip: bool,
+}
+
+impl ClustersetArgs {
+    /// The engine settings these arguments describe.
+    pub fn engine_settings(&self) -> EngineSettings {
+        EngineSettings {
+            local_families: self.ip_families.clone(),
+            pools: VipPools {
+                v4: self.vip_pool_v4,
+                v6: self.vip_pool_v6,
+            },
+            clusterset_ip: self.clusterset_ip,
+            ..EngineSettings::default()
+        }
+    }
+
+    /// The VIP state file.
+    pub fn state_file(&self) -> PathBuf {
+        self.state_file
+            .clone()
+            .unwrap_or_else(|| self.manifests.join(".clusterset-dns").join("vips.json"))
+    }
+}
+
+/// `serve` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// YAML file setting any of these flags under its long name
+    /// (`listen: 0.0.0.0:5300`); flags on the command line win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where the clusterset comes from.
+    #[command(flatten)]
+    pub clusterset: ClustersetArgs,
+    /// Address to answer DNS on, UDP and TCP.
+    #[arg(long, default_value = "0.0.0.0:5300", value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+    /// Address of the operations listener: /metrics, /healthz, /readyz,
+    /// /debug/explain.
+    #[arg(long, default_value = "0.0.0.0:9153", value_name = "ADDR:PORT")]
+    pub metrics_listen: SocketAddr,
+    /// /readyz fails when a source has not completed a sync for this many seconds
+    /// (the manifest directory is rescanned at least every 30 s).
+    #[arg(long, default_value_t = 90, value_name = "SECONDS")]
+    pub max_sync_age: u64,
+    /// UDP worker threads, each with its own socket (`SO_REUSEPORT`).
+    #[arg(long, default_value_t = default_workers(), value_name = "N")]
+    pub udp_workers: usize,
+    /// The zone served.
+    #[arg(long, default_value = "clusterset.local", value_name = "NAME", value_parser = parse_zone)]
+    pub zone: Name,
+    /// TTL of answers, and of negative answers (SOA minimum).
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    pub ttl: u32,
+    /// Answer `<cluster>.<svc>.<ns>.svc.<zone>` with that cluster's addresses
+    /// (reserved by the MCS DNS spec: NXDOMAIN when off). `--cluster-targeting`
+    /// alone means `=true`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = false, default_missing_value = "true", value_name = "BOOL")]
+    pub cluster_targeting: bool,
+    /// Allow zone transfers (AXFR, IXFR over TCP) from this network;
+    /// repeatable; others get REFUSED.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',',
+          default_values = ["127.0.0.0/8", "::1/128"], value_name = "CIDR",
+          help_heading = "Zone transfer")]
+    pub transfer_allow: Vec<IpNet>,
+    /// Send a NOTIFY to this secondary after each change (debounced, retried
+    /// until acknowledged); repeatable.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',', value_name = "ADDR:PORT",
+          help_heading = "Zone transfer")]
+    pub notify: Vec<SocketAddr>,
+    /// Answer PTR queries in this reverse zone (`243.in-addr.arpa`, nibble
+    /// `ip6.arpa` zones); repeatable.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',', value_name = "ZONE",
+          value_parser = ReverseZone::parse, help_heading = "Reverse lookups")]
+    pub reverse_zone: Vec<ReverseZone>,
+    /// Also serve the reverse zones of the VIP pools (each rounded down to
+    /// whole octets or nibbles). `--reverse-vip-pools` alone means `=true`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = false, default_missing_value = "true", value_name = "BOOL",
+          help_heading = "Reverse lookups")]
+    pub reverse_vip_pools: bool,
+    /// Kubernetes mode.
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
+    /// DNS over TLS.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// Flags of the DNS over TLS listener (RFC 7858), off unless `--tls-listen` is given.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "DNS over TLS")]
+pub struct TlsArgs {
+    /// Address to answer DNS over TLS on (port 853 by RFC 7858); needs
+    /// `--tls-cert` and `--tls-key`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain, server certificate first; reloaded when the
+    /// file changes.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `--tls-cert`; reloaded with it.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Where the clusterset's state comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SourceKind {
+    /// The manifest directory (`--manifests`): embedded mode.
+    Manifests,
+    /// The local cluster's API server and a broker API server.
+    Kubernetes,
+}
+
+/// Flags of Kubernetes mode (`--source kubernetes`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Kubernetes mode")]
+pub struct KubernetesArgs {
+    /// Where the clusterset comes from.
+    #[arg(long, value_enum, default_value = "manifests", value_name = "SOURCE")]
+    pub source: SourceKind,
+    /// This cluster's id [default: the `cluster.clusterset.k8s.io` ClusterProperty].
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: Option<String>,
+    /// Kubeconfig of the local cluster [default: in-cluster config, else
+    /// `$KUBECONFIG` or `~/.kube/config`].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of `--kubeconfig` to use [default: its current context].
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Kubeconfig of the broker API server [default: the local cluster's].
+    #[arg(long, value_name = "FILE")]
+    pub broker_kubeconfig: Option<PathBuf>,
+    /// Context of `--broker-kubeconfig` to use.
+    #[arg(long, value_name = "NAME")]
+    pub broker_context: Option<String>,
+    /// Namespace on the broker holding the clusterset's shared state.
+    #[arg(long, default_value = "clusterset-broker", value_name = "NAMESPACE")]
+    pub broker_namespace: String,
+    /// Namespace of the leader Lease in the local cluster (only its holder writes).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "clusterset-dns",
+        value_name = "NAMESPACE"
+    )]
+    pub lease_namespace: String,
+    /// Seconds a leader Lease lasts without renewal.
+    #[arg(long, default_value_t = 15, value_name = "SECONDS")]
+    pub lease_duration: u64,
+    /// Seconds after which a cluster whose heartbeat on the broker has not
+    /// changed is dead: its endpoints leave every answer until it returns
+    /// (renewed every quarter of it; keep it above `--lease-duration`).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub cluster_timeout: u64,
+    /// This replica's name in the Lease [default: `$POD_NAME` or the host name, plus a random suffix].
+    #[arg(long, value_name = "NAME")]
+    pub identity: Option<String>,
+    /// Put pod IPs in the EndpointSlices of ClusterIP services, unless their
+    /// ServiceExport's `clusterset-dns.io/use-pod-ips` annotation says
+    /// otherwise; without, they carry the Service's ClusterIPs.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
+    pub pod_ips: bool,
+}
+
+/// Output format of `status` and `explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Tables, like `kubectl get`.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+/// `status` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// YAML file setting any of these flags under its long name
+    /// (`manifests: config/demo`); flags on the command line win. The keys of
+    /// `serve` are accepted too (validated, then ignored), so one file serves both.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where the clusterset comes from.
+    #[command(flatten)]
+    pub clusterset: ClustersetArgs,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "text")]
+    pub output: Format,
+    /// Kubernetes mode: read the API servers (read only).
+    #[command(flatten)]
+    pub kubernetes: KubernetesArgs,
+}
+
+/// `explain` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The DNS name asked, such as `web.shop.svc.clusterset.local`.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The query type: A, AAAA, SRV, ... [default: A].
+    #[arg(value_name = "TYPE")]
+    pub rtype: Option<String>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "text")]
+    pub output: Format,
+    /// The server's configuration.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl ServeArgs {
+    /// The reverse zones to serve: those named, then those of the VIP pools.
+    pub fn reverse_zones(&self) -> Vec<ReverseZone> {
+        let pools = [
+            IpNet::V4(self.clusterset.vip_pool_v4),
+            IpNet::V6(self.clusterset.vip_pool_v6),
+        ];
+        let derived = pools
+            .into_iter()
+            .filter(|_| self.reverse_vip_pools)
+            .map(ReverseZone::covering);
+        let mut zones: Vec<ReverseZone> = Vec::new();
+        for zone in self.reverse_zone.iter().cloned().chain(derived) {
+            if !zones.contains(&zone) {
+                zones.push(zone);
+            }
+        }
+        zones
+    }
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        match Cli::parse_from(["clusterset-dns", "serve"]).command {
+            Some(Command::Serve(args)) => args,
+            _ => unreachable!("`serve` parses as the serve command"),
+        }
+    }
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn parse_family(s: &str) -> Result<IpFamily, String> {
+    IpFamily::parse(s).ok_or_else(|| format!("unknown IP family {s:?}: expected IPv4 or IPv6"))
+}
+
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+fn parse_zone(s: &str) -> Result<Name, String> {
+    if s.trim_matches('.').is_empty() {
+        return Err("the zone must not be empty or the root".into());
+    }
+    let mut name = Name::from_ascii(s).map_err(|e| format!("invalid zone {s:?}: {e}"))?;
+    name.set_fqdn(true);
+    Ok(name.to_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let args = ServeArgs::default();
+        assert_eq!(args.listen, "0.0.0.0:5300".parse().unwrap());
+        assert_eq!(args.zone.to_string(), "clusterset.local.");
+        assert_eq!(
+            args.clusterset.ip_families,
+            vec![IpFamily::IPv4, IpFamily::IPv6]
+        );
+        assert_eq!(
+            args.clusterset.state_file(),
+            PathBuf::from("config/demo/.clusterset-dns/vips.json")
+        );
+        let cli = Cli::parse_from([
+            "x",
+            "serve",
+            "--ip-families",
+            "IPv6",
+            "--zone",
+            "Example.ORG",
+        ]);
+        let Some(Command::Serve(args)) = cli.command else {
+            panic!("serve expected")
+        };
+        assert_eq!(args.clusterset.ip_families, vec![IpFamily::IPv6]);
+        assert_eq!(args.zone.to_string(), "example.org.");
+        let err = Cli::try_parse_from(["x", "serve", "--ip-families", "IPv5"]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown IP family \"IPv5\""),
+            "{err}"
+        );
+    }
+}

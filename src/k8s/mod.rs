@@ -1,0 +1,6 @@
+//! Kubernetes object formats: the MCS kinds as Rust types, their conversion
+//! into [`crate::model`] facts, and the records Kubernetes mode keeps on the broker.
+
+pub mod convert;
+pub mod crd;
+pub mod records;

@@ -1,0 +1,371 @@
+//! The compact, Kubernetes-independent facts the engine reconciles.
+//!
+//! Sources convert Services, ServiceExports and EndpointSlices into these types
+//! (see `source::convert`), so the engine and index never hold whole API objects.
+
+pub mod conditions;
+pub mod intern;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use k8s_openapi::api::core::v1::SessionAffinityConfig;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+
+use crate::k8s::crd::ServicePort;
+use crate::model::intern::{Interner, share};
+
+/// FNV-1a of `bytes`: a hash that is the same in every process and release
+/// (VIP placement and object names depend on it).
+pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Whether `s` is a lower-case DNS label as Kubernetes names are (RFC 1123
+/// §2.1): 1 to 63 letters, digits and `-`, not starting or ending with `-`.
+pub fn is_dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A few addresses (usually one), kept inline.
+pub type Ips = SmallVec<[IpAddr; 1]>;
+
+/// A member cluster's id (an RFC 1123 name; one or two DNS labels).
+pub type ClusterId = Arc<str>;
+
+/// The namespace and name that make exports of several clusters one service.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServiceKey {
+    /// Namespace of the Service and ServiceExport.
+    pub namespace: Arc<str>,
+    /// Name of the Service and ServiceExport.
+    pub name: Arc<str>,
+}
+
+impl ServiceKey {
+    /// Builds a key from a namespace and a name.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An IP family, named as Kubernetes names it (`IPv4`, `IPv6`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum IpFamily {
+    /// IPv4 (A records).
+    IPv4,
+    /// IPv6 (AAAA records).
+    IPv6,
+}
+
+impl IpFamily {
+    /// The family of an address.
+    pub fn of(ip: &IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => IpFamily::IPv4,
+            IpAddr::V6(_) => IpFamily::IPv6,
+        }
+    }
+
+    /// Parses `IPv4` / `IPv6` (the spellings of `spec.ipFamilies`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "IPv4" => Some(IpFamily::IPv4),
+            "IPv6" => Some(IpFamily::IPv6),
+            _ => None,
+        }
+    }
+
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::IPv4 => "IPv4",
+            IpFamily::IPv6 => "IPv6",
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a Service is reached, which decides the import type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ServiceKind {
+    /// ClusterIP, NodePort or LoadBalancer: imported as `ClusterSetIP`.
+    ClusterIp,
+    /// `clusterIP: None`: imported as `Headless`.
+    Headless,
+    /// ExternalName: cannot be exported.
+    ExternalName,
+}
+
+/// The ServiceImport type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ImportType {
+    /// Reached through clusterset VIPs.
+    ClusterSetIP,
+    /// Reached through the ready endpoints' own addresses.
+    Headless,
+}
+
+impl ImportType {
+    /// The ServiceImport `spec.type` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImportType::ClusterSetIP => "ClusterSetIP",
+            ImportType::Headless => "Headless",
+        }
+    }
+}
+
+/// Orders exports: older first. `created` is the ServiceExport's
+/// `creationTimestamp` (or when the source first saw it), `seq` the order in
+/// which the source first saw it, for exports created in the same second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ExportAge {
+    /// Seconds since the Unix epoch.
+    pub created: i64,
+    /// Order of first sight within the source.
+    pub seq: u64,
+}
+
+/// What a cluster's ServiceExport says.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportInfo {
+    /// Age used for oldest-wins conflict resolution.
+    pub age: ExportAge,
+    /// The exported labels and annotations (shared: nearly all are the same).
+    pub exported: Arc<Exported>,
+    /// Whether the import gets clusterset VIPs (the export's
+    /// `clusterset-dns.io/use-clusterset-ip` annotation; unset: the global default).
+    pub clusterset_ip: Option<bool>,
+    /// Whether EndpointSlices of a ClusterIP service carry pod IPs rather than
+    /// the Service's ClusterIPs (`clusterset-dns.io/use-pod-ips`; unset: the global default).
+    pub pod_ips: Option<bool>,
+}
+
+/// The labels and annotations a ServiceExport gives its import.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Exported {
+    /// `spec.exportedLabels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.exportedAnnotations`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Exported {
+    /// The process-wide shared copy of these labels and annotations.
+    pub fn shared(self) -> Arc<Exported> {
+        static EXPORTED: LazyLock<Mutex<Interner<Exported>>> = LazyLock::new(Default::default);
+        share(&EXPORTED, self)
+    }
+}
+
+/// What a cluster's Service says, reduced to what an import needs: its own
+/// ClusterIPs, and the rest, which is shared with every Service that says the
+/// same (see [`ServiceSpec::shared`]). Derefs to the [`ServiceSpec`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// `spec.clusterIPs` (empty for headless).
+    pub cluster_ips: Ips,
+    /// Everything else.
+    pub spec: Arc<ServiceSpec>,
+}
+
+impl std::ops::Deref for ServiceInfo {
+    type Target = ServiceSpec;
+
+    fn deref(&self) -> &ServiceSpec {
+        &self.spec
+    }
+}
+
+/// The part of a Service most Services share: kind, ports, families, settings.
+/// (Serialized: the settings an import takes from its oldest export.)
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// ClusterIP-like, headless or ExternalName.
+    #[serde(skip)]
+    pub kind: ServiceKind,
+    /// Ports with `protocol` defaulted to `TCP`.
+    #[serde(skip)]
+    pub ports: Arc<[ServicePort]>,
+    /// `spec.ipFamilies` (derived from `clusterIPs` when absent; `IPv4` when both are).
+    #[serde(skip)]
+    pub ip_families: Vec<IpFamily>,
+    /// `spec.sessionAffinity`, defaulted to `None`.
+    pub session_affinity: Setting,
+    /// `spec.sessionAffinityConfig`.
+    pub session_affinity_config: Option<SessionAffinityConfig>,
+    /// `spec.internalTrafficPolicy`, defaulted to `Cluster`.
+    pub internal_traffic_policy: Setting,
+    /// `spec.trafficDistribution`.
+    pub traffic_distribution: Option<String>,
+}
+
+// `SessionAffinityConfig` is only `PartialEq`, but its one field is an
+// `Option<i32>`: equality is total, and hashing that field agrees with it.
+impl Eq for ServiceSpec {}
+
+impl std::hash::Hash for ServiceSpec {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let timeout = self
+            .session_affinity_config
+            .as_ref()
+            .map(|c| c.client_ip.as_ref().map(|ip| ip.timeout_seconds));
+        (self.kind, &self.ports, &self.ip_families).hash(state);
+        (&self.session_affinity, timeout).hash(state);
+        (&self.internal_traffic_policy, &self.traffic_distribution).hash(state);
+    }
+}
+
+impl ServiceSpec {
+    /// The process-wide shared copy of this spec.
+    pub fn shared(self) -> Arc<ServiceSpec> {
+        static SPECS: LazyLock<Mutex<Interner<ServiceSpec>>> = LazyLock::new(Default::default);
+        share(&SPECS, self)
+    }
+}
+
+/// A Service setting with a few usual values (`None`, `ClientIP`, `Cluster`,
+/// `Local`): those are not copied per Service, anything else is kept as given.
+pub type Setting = Cow<'static, str>;
+
+/// The [`Setting`] for `value`: one of `usual` when it is one, else a copy.
+pub fn setting(value: &str, usual: &[&'static str]) -> Setting {
+    match usual.iter().find(|u| **u == value) {
+        Some(u) => Cow::Borrowed(u),
+        None => Cow::Owned(value.to_owned()),
+    }
+}
+
+/// Usual `sessionAffinity` values.
+pub const SESSION_AFFINITIES: [&str; 2] = ["None", "ClientIP"];
+/// Usual `internalTrafficPolicy` values.
+pub const TRAFFIC_POLICIES: [&str; 2] = ["Cluster", "Local"];
+
+/// One endpoint of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Its address: the first of `addresses`, the only one Kubernetes gives a meaning to.
+    pub address: IpAddr,
+    /// `hostname`, used for the per-pod DNS name.
+    pub hostname: Option<Box<str>>,
+    /// `conditions.ready` (absent counts as ready, as in Kubernetes).
+    pub ready: bool,
+}
+
+/// The endpoints of one EndpointSlice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceInfo {
+    /// The endpoints, in slice order.
+    pub endpoints: Vec<Endpoint>,
+    /// The slice's ports (the endpoints' own ports, i.e. the Service's
+    /// target ports), `protocol` defaulted to `TCP`.
+    pub ports: Vec<ServicePort>,
+}
+
+/// One object a source reports, already tied to its service.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    /// A ServiceExport (shared like services).
+    Export(Arc<ExportInfo>),
+    /// A Service (shared: the source and the engine hold the same one).
+    Service(Arc<ServiceInfo>),
+    /// An EndpointSlice, by its own name (shared like services).
+    Slice(Box<str>, Arc<SliceInfo>),
+}
+
+/// Which object a [`Change::Delete`] removes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectRef {
+    /// The ServiceExport.
+    Export,
+    /// The Service.
+    Service,
+    /// An EndpointSlice, by name.
+    Slice(Box<str>),
+}
+
+impl Object {
+    /// The reference that deletes this object.
+    pub fn reference(&self) -> ObjectRef {
+        match self {
+            Object::Export(_) => ObjectRef::Export,
+            Object::Service(_) => ObjectRef::Service,
+            Object::Slice(name, _) => ObjectRef::Slice(name.clone()),
+        }
+    }
+}
+
+/// A change in one cluster's objects, as sources report it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The object was created or replaced.
+    Upsert(ClusterId, ServiceKey, Object),
+    /// The object is gone.
+    Delete(ClusterId, ServiceKey, ObjectRef),
+    /// The clusterset agreed on these VIPs for the service (Kubernetes mode:
+    /// read from the broker; empty: none yet, or released).
+    Vips(ServiceKey, Vec<IpAddr>),
+    /// Whether a cluster's heartbeat is current (Kubernetes mode: its Lease on
+    /// the broker). A cluster never reported is live; a dead one keeps its
+    /// exports but backs no import (see `engine::liveness`).
+    Live(ClusterId, bool),
+    /// The local cluster has this namespace (true) or not (Kubernetes mode:
+    /// an import is served only where its namespace exists, KEP-1645
+    /// "Namespace sameness").
+    Namespace(Arc<str>, bool),
+}
+
+impl Change {
+    /// The one service this change touches (`None`: a cluster's liveness or a
+    /// namespace, which touch every service of the cluster or namespace).
+    pub fn service(&self) -> Option<&ServiceKey> {
+        match self {
+            Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => {
+                Some(key)
+            }
+            Change::Live(..) | Change::Namespace(..) => None,
+        }
+    }
+
+    /// The change that undoes this one's fact: the delete of an upserted
+    /// object, no VIPs for VIPs, live for a liveness; `None` for a delete.
+    pub fn retraction(&self) -> Option<Change> {
+        match self {
+            Change::Upsert(cluster, key, object) => Some(Change::Delete(
+                cluster.clone(),
+                key.clone(),
+                object.reference(),
+            )),
+            Change::Vips(key, _) => Some(Change::Vips(key.clone(), Vec::new())),
+            Change::Live(cluster, _) => Some(Change::Live(cluster.clone(), true)),
+            Change::Namespace(name, true) => Some(Change::Namespace(name.clone(), false)),
+            Change::Delete(..) | Change::Namespace(_, false) => None,
+        }
+    }
+}

@@ -1,0 +1,653 @@
+//! Kubernetes mode: the local cluster's API server and a broker API server
+//! are the source, and this cluster's share of the clusterset is written back.
+//!
+//! Every replica watches (kube-rs watchers with reflector caches) the local
+//! ServiceExports, Services and EndpointSlices, and the broker's export
+//! records, VIP records and EndpointSlices of every cluster; each event becomes
+//! [`Change`]s for the same engine and DNS index as embedded mode, so answers
+//! follow every event. The replica holding the leader Lease also writes (see
+//! [`writer`]): this cluster's exports to the broker, VIP claims, and the local
+//! ServiceImports, mirrored EndpointSlices and ServiceExport conditions.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::ListParams;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::{info, warn};
+
+use crate::cli::{ClustersetArgs, KubernetesArgs};
+use crate::engine::{EngineSettings, VipSource};
+use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::k8s::records::{self, source_cluster};
+use crate::model::{Change, ClusterId, ServiceKey};
+use crate::ops::metrics::Metrics;
+use crate::runtime::serve::{Outputs, Reconciler};
+use crate::sources::kubernetes::client::Connection;
+use crate::sources::kubernetes::facts::{self, Facts, Reader};
+use crate::sources::kubernetes::readers;
+use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
+use crate::writeback::lease::{self, Candidate};
+use crate::writeback::owned::Owned;
+use crate::writeback::queue::WorkQueue;
+use crate::writeback::vip_claims::VipClaims;
+use crate::writeback::writer::{Caches, Writer, WriterSettings};
+
+/// Writers working on different services at once.
+const WORKERS: usize = 8;
+/// Every service is checked again this often, to repair drift.
+const RESYNC: Duration = Duration::from_secs(60);
+/// A healthy watch counts as in sync this often, even when nothing changes.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Age after which a VIP claim no VIP record keeps is released: a writer
+/// writes the record milliseconds after claiming.
+const CLAIM_GRACE: Duration = Duration::from_secs(60);
+/// Longest wait before a failed service is written again.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Events of one watch, reduced to changes.
+struct Batch {
+    resource: &'static str,
+    changes: Vec<Change>,
+    synced: bool,
+}
+
+/// Everything the watches and writers share.
+struct Controller {
+    connection: Connection,
+    args: KubernetesArgs,
+    metrics: Arc<Metrics>,
+    queue: Arc<WorkQueue>,
+    state: Arc<Mutex<Reconciler>>,
+    tasks: JoinSet<()>,
+    batches: mpsc::UnboundedSender<Batch>,
+    /// Global default of the VIP switch.
+    clusterset_ip: bool,
+}
+
+/// Follows the local cluster and the broker until `shutdown`, feeding
+/// `outputs`, and writes while this replica leads; releases the Lease on the way out.
+pub async fn follow(
+    connection: Connection,
+    args: KubernetesArgs,
+    clusterset: ClustersetArgs,
+    outputs: Outputs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let metrics = outputs.metrics.clone();
+    let index = outputs.index.clone();
+    let settings = EngineSettings {
+        vip_source: VipSource::Assigned,
+        local_cluster: Some(connection.cluster.clone()),
+        namespaces_known: true,
+        ..clusterset.engine_settings()
+    };
+    let (batches, mut incoming) = mpsc::unbounded_channel();
+    let mut ctx = Controller {
+        connection,
+        args,
+        metrics: metrics.clone(),
+        queue: Arc::new(WorkQueue::default()),
+        state: Reconciler::in_cluster(settings, outputs).shared(),
+        tasks: JoinSet::new(),
+        batches,
+        clusterset_ip: clusterset.clusterset_ip,
+    };
+    let caches = ctx.watch_all();
+    let fact_sources: HashSet<&'static str> = FACT_SOURCES.into_iter().collect();
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let (leading_tx, leading_rx) = watch::channel(false);
+    ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
+    ctx.heartbeats(leading_rx.clone());
+    ctx.resync_when_leading(caches, synced_rx, leading_rx);
+    let candidate = Candidate::new(
+        ctx.connection.local.clone(),
+        &ctx.args.lease_namespace,
+        ctx.args
+            .identity
+            .clone()
+            .unwrap_or_else(lease::default_identity),
+        Duration::from_secs(ctx.args.lease_duration.max(3)),
+    );
+    let campaign = {
+        let metrics = metrics.clone();
+        let shutdown = shutdown.clone();
+        AbortOnDropHandle::new(tokio::spawn(async move {
+            candidate.run(leading_tx, shutdown, &metrics).await
+        }))
+    };
+    info!(cluster = %ctx.connection.cluster, "following the local cluster and the broker");
+
+    let mut waiting = fact_sources;
+    loop {
+        let first = tokio::select! {
+            () = shutdown.cancelled() => break,
+            batch = incoming.recv() => match batch {
+                Some(batch) => batch,
+                None => break,
+            },
+        };
+        let mut changes = Vec::new();
+        let mut batch = Some(first);
+        while let Some(b) = batch.take().or_else(|| incoming.try_recv().ok()) {
+            if b.synced {
+                waiting.remove(b.resource);
+            }
+            changes.extend(b.changes);
+        }
+        let mut keys: Vec<ServiceKey> = changes
+            .iter()
+            .filter_map(|c| c.service().cloned())
+            .collect();
+        let judged: Vec<ClusterId> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Live(cluster, _) => Some(cluster.clone()),
+                _ => None,
+            })
+            .collect();
+        {
+            let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !*synced_tx.borrow() && waiting.is_empty() {
+                state.apply_initial(changes);
+                info!(services = index.len(), "first sync done");
+                synced_tx.send_replace(true);
+            } else {
+                state.apply(changes);
+            }
+            for cluster in &judged {
+                keys.extend(state.engine().services_of(cluster));
+            }
+        }
+        for key in keys {
+            ctx.queue.add(key);
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), campaign).await;
+    ctx.tasks.abort_all();
+    Ok(())
+}
+
+/// The watches whose events are facts for the engine (the first sync waits for all).
+const FACT_SOURCES: [&str; 6] = [
+    "namespaces",
+    "services",
+    "serviceexports",
+    "endpointslices",
+    "broker/serviceimports",
+    "broker/endpointslices",
+];
+
+impl Controller {
+    /// Starts every watch; returns the caches the writers compare against.
+    fn watch_all(&mut self) -> Caches {
+        let cluster = self.connection.cluster.clone();
+        let local = self.connection.local.clone();
+        let broker = self.connection.broker.clone();
+        let broker_ns = self.args.broker_namespace.clone();
+        let labelled = watcher::Config::default().labels(crate::k8s::crd::LABEL_SERVICE_NAME);
+
+        self.facts::<Service>(
+            Api::all(local.clone()),
+            watcher::Config::default(),
+            "services",
+            None,
+            None,
+            readers::services(cluster.clone()),
+        );
+
+        let (local_exports, writer) = reflector::store();
+        self.facts::<ServiceExport>(
+            Api::all(local.clone()),
+            watcher::Config::default(),
+            "serviceexports",
+            Some(writer),
+            None,
+            readers::service_exports(cluster.clone()),
+        );
+
+        self.facts::<EndpointSlice>(
+            Api::all(local.clone()),
+            labelled,
+            "endpointslices",
+            None,
+            None,
+            readers::endpoint_slices(cluster.clone()),
+        );
+
+        let (broker_imports, writer) = reflector::store();
+        self.facts::<ServiceImport>(
+            Api::namespaced(broker.clone(), &broker_ns),
+            watcher::Config::default(),
+            "broker/serviceimports",
+            Some(writer),
+            None,
+            readers::broker_records(cluster.clone()),
+        );
+
+        let (broker_slices, writer) = reflector::store();
+        let broker_owned = Arc::new(Owned::default());
+        let mine = cluster.clone();
+        self.facts::<EndpointSlice>(
+            Api::namespaced(broker.clone(), &broker_ns),
+            watcher::Config::default(),
+            "broker/endpointslices",
+            Some(writer),
+            Some((
+                broker_owned.clone(),
+                Box::new(move |s: &EndpointSlice| source_cluster(s) == Some(&*mine)),
+            )),
+            readers::broker_slices(cluster.clone()),
+        );
+
+        let (local_imports, writer) = reflector::store();
+        self.cache::<ServiceImport>(
+            Api::all(local.clone()),
+            records::MANAGED_SELECTOR,
+            "written/serviceimports",
+            writer,
+            None,
+        );
+        let (local_slices, writer) = reflector::store();
+        let local_owned = Arc::new(Owned::default());
+        self.cache::<EndpointSlice>(
+            Api::all(local.clone()),
+            records::MANAGED_SLICES_SELECTOR,
+            "written/endpointslices",
+            writer,
+            Some((local_owned.clone(), Box::new(|_: &EndpointSlice| true))),
+        );
+        let (namespaces, writer) = reflector::store();
+        self.watch_namespaces(Api::all(local), writer);
+        Caches {
+            broker_imports,
+            broker_slices,
+            broker_owned,
+            local_imports,
+            local_slices,
+            local_owned,
+            local_exports,
+            namespaces,
+        }
+    }
+
+    /// A watch whose objects are facts (and optionally cached and owned).
+    fn facts<K>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &'static str,
+        cache: Option<reflector::store::Writer<K>>,
+        owned: Option<OwnedFilter<K>>,
+        read: Reader<K>,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let mut facts = Facts::new(read);
+        let batches = self.batches.clone();
+        let queue = self.queue.clone();
+        self.spawn_watch(api, config, resource, cache, move |event| {
+            if let Some((owned, mine)) = &owned
+                && let Some(key) = owned.on_event(&event, mine)
+            {
+                queue.add(key);
+            }
+            forward(&batches, resource, facts.on_event(event));
+        });
+    }
+
+    /// A watch of objects this controller writes: cached; a change queues its service.
+    fn cache<K>(
+        &mut self,
+        api: Api<K>,
+        selector: &str,
+        resource: &'static str,
+        cache: reflector::store::Writer<K>,
+        owned: Option<OwnedFilter<K>>,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let queue = self.queue.clone();
+        let config = watcher::Config::default().labels(selector);
+        self.spawn_watch(api, config, resource, Some(cache), move |event| {
+            let key = match &owned {
+                Some((owned, mine)) => owned.on_event(&event, mine),
+                None => match &event {
+                    Event::Apply(o) | Event::Delete(o) => records::labelled_service(o.meta())
+                        .map(|(k, _)| k)
+                        .or_else(|| {
+                            let meta = o.meta();
+                            Some(ServiceKey::new(
+                                meta.namespace.as_deref()?,
+                                meta.name.as_deref()?,
+                            ))
+                        }),
+                    _ => None,
+                },
+            };
+            if let Some(key) = key {
+                queue.add(key);
+            }
+        });
+    }
+
+    /// Namespaces, cached: facts for the engine (a namespace being deleted
+    /// counts as gone), and a namespace appearing queues its services.
+    fn watch_namespaces(
+        &mut self,
+        api: Api<Namespace>,
+        cache: reflector::store::Writer<Namespace>,
+    ) {
+        let queue = self.queue.clone();
+        let state = self.state.clone();
+        let batches = self.batches.clone();
+        let mut facts = Facts::new(Box::new(|ns: &Namespace| {
+            let present = ns.metadata.deletion_timestamp.is_none();
+            Ok(present
+                .then(|| Change::Namespace(ns.name_any().into(), true))
+                .into_iter()
+                .collect())
+        }));
+        self.spawn_watch(
+            api,
+            watcher::Config::default(),
+            "namespaces",
+            Some(cache),
+            move |event| {
+                if let Event::Apply(ns) = &event {
+                    let name = ns.name_any();
+                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    for key in state.engine().keys().filter(|k| *k.namespace == *name) {
+                        queue.add(key.clone());
+                    }
+                }
+                forward(&batches, "namespaces", facts.on_event(event));
+            },
+        );
+    }
+
+    fn spawn_watch<K>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &'static str,
+        cache: Option<reflector::store::Writer<K>>,
+        mut on_event: impl FnMut(Event<K>) + Send + 'static,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let metrics = self.metrics.clone();
+        // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
+        let source = match resource.strip_prefix("broker/") {
+            Some(_) => resource.to_owned(),
+            None => format!("{}/{resource}", self.connection.cluster),
+        };
+        self.tasks.spawn(async move {
+            let probe = api.clone();
+            let events = watcher::watcher(api, config).default_backoff();
+            let mut events = match cache {
+                Some(writer) => events.reflect(writer).boxed(),
+                None => events.boxed(),
+            };
+            // In sync: listed once, and no failure since (or the API server
+            // answered again); a quiet healthy watch delivers nothing to tell.
+            let (mut listed, mut healthy) = (false, false);
+            let mut heartbeat = tokio::time::interval(HEARTBEAT);
+            loop {
+                let event = tokio::select! {
+                    event = events.next() => event,
+                    _ = heartbeat.tick() => {
+                        if listed && !healthy {
+                            healthy = probe.list(&ListParams::default().limit(1)).await.is_ok();
+                        }
+                        if listed && healthy {
+                            metrics.mark_synced(&source);
+                        }
+                        continue;
+                    }
+                };
+                match event {
+                    Some(Ok(event)) => {
+                        tracing::trace!(%source, event = event_name(&event), "watch event");
+                        match event {
+                            Event::Init if listed => metrics.watch_restarted(&source, resource),
+                            Event::InitDone => listed = true,
+                            _ => {}
+                        }
+                        healthy = true;
+                        if listed {
+                            metrics.mark_synced(&source);
+                        }
+                        on_event(event);
+                    }
+                    Some(Err(error)) => {
+                        healthy = false;
+                        metrics.watch_failed(&source, resource);
+                        warn!(%source, error = %error, "watch failed; retrying");
+                    }
+                    None => break,
+                }
+            }
+        });
+    }
+
+    /// Renews this cluster's heartbeat while this replica leads, and judges
+    /// every other cluster's (see [`heartbeat`]).
+    fn heartbeats(&mut self, mut leading: watch::Receiver<bool>) {
+        let timeout = Duration::from_secs(self.args.cluster_timeout.max(1));
+        let cluster = self.connection.cluster.clone();
+        let broker = self.connection.broker.clone();
+        let namespace = self.args.broker_namespace.clone();
+        let beat = Heartbeat::new(broker.clone(), &namespace, cluster.clone(), timeout);
+        let metrics = self.metrics.clone();
+        self.tasks.spawn(async move {
+            while leading.wait_for(|l| *l).await.is_ok() {
+                let result = match beat.renew().await {
+                    Ok(true) => "updated",
+                    Ok(false) => "conflict",
+                    Err(error) => {
+                        warn!(%error, "cannot renew this cluster's heartbeat on the broker");
+                        "error"
+                    }
+                };
+                metrics.api_write("HeartbeatLease", result);
+                tokio::time::sleep(beat.period()).await;
+            }
+        });
+
+        let liveness = Arc::new(Mutex::new(Liveness::new(cluster, timeout)));
+        let seen = liveness.clone();
+        self.spawn_watch(
+            Api::<Lease>::namespaced(broker, &namespace),
+            watcher::Config::default().labels(heartbeat::SELECTOR),
+            "broker/leases",
+            None,
+            move |event| {
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                seen.on_event(&event, tokio::time::Instant::now());
+            },
+        );
+        let (batches, metrics) = (self.batches.clone(), self.metrics.clone());
+        self.tasks.spawn(async move {
+            let mut tick = tokio::time::interval((timeout / 4).min(Duration::from_secs(1)));
+            loop {
+                tick.tick().await;
+                let changes = {
+                    let mut liveness = liveness.lock().unwrap_or_else(|e| e.into_inner());
+                    let changes = liveness.judge(tokio::time::Instant::now());
+                    for (cluster, live) in liveness.verdicts() {
+                        metrics.set_cluster_live(cluster, live);
+                    }
+                    changes
+                };
+                for change in &changes {
+                    if let Change::Live(cluster, live) = change {
+                        info!(%cluster, live, "cluster heartbeat verdict changed");
+                    }
+                }
+                let batch = Batch {
+                    resource: "broker/leases",
+                    changes,
+                    synced: false,
+                };
+                if !batch.changes.is_empty() && batches.send(batch).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Workers that write queued services while this replica leads.
+    fn start_writers(
+        &mut self,
+        caches: Caches,
+        synced: watch::Receiver<bool>,
+        leading: watch::Receiver<bool>,
+    ) {
+        let settings = WriterSettings {
+            cluster: self.connection.cluster.clone(),
+            broker_namespace: self.args.broker_namespace.clone(),
+            clusterset_ip: self.clusterset_ip,
+            pod_ips: self.args.pod_ips,
+        };
+        let writer = Arc::new(Writer::new(
+            settings,
+            self.connection.local.clone(),
+            self.connection.broker.clone(),
+            caches,
+            self.state.clone(),
+            self.metrics.clone(),
+        ));
+        let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
+        for _ in 0..WORKERS {
+            let (writer, queue, failures) = (writer.clone(), self.queue.clone(), failures.clone());
+            let (mut synced, mut leading) = (synced.clone(), leading.clone());
+            self.tasks.spawn(async move {
+                loop {
+                    if synced.wait_for(|s| *s).await.is_err() || leading.wait_for(|l| *l).await.is_err() {
+                        return;
+                    }
+                    let key = queue.next().await;
+                    let result = writer.sync(&key).await;
+                    queue.done(&key);
+                    let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+                    match result {
+                        Ok(()) => {
+                            failures.remove(&key);
+                        }
+                        Err(error) => {
+                            let n = failures.entry(key.clone()).or_default();
+                            *n += 1;
+                            let delay = (Duration::from_millis(20) * 2u32.pow((*n).min(10))).min(MAX_BACKOFF);
+                            warn!(service = %key, error = %error, retry_in = ?delay, "cannot write; will retry");
+                            let queue = queue.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(delay).await;
+                                queue.add(key);
+                            });
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// Queues every service when this replica becomes the leader, and every
+    /// [`RESYNC`] while it leads.
+    fn resync_when_leading(
+        &mut self,
+        caches: Caches,
+        mut synced: watch::Receiver<bool>,
+        mut leading: watch::Receiver<bool>,
+    ) {
+        let (queue, state, metrics) =
+            (self.queue.clone(), self.state.clone(), self.metrics.clone());
+        let cluster = self.connection.cluster.clone();
+        let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
+        self.tasks.spawn(async move {
+            if synced.wait_for(|s| *s).await.is_err() {
+                return;
+            }
+            loop {
+                if leading.wait_for(|l| *l).await.is_err() {
+                    return;
+                }
+                metrics.set_leader(true);
+                let mut keys: HashSet<ServiceKey> = {
+                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    state.engine().keys().cloned().collect()
+                };
+                keys.extend(caches.broker_owned.keys());
+                keys.extend(caches.local_owned.keys());
+                keys.extend(caches.local_imports.state().iter().filter_map(|i| {
+                    Some(ServiceKey::new(
+                        i.metadata.namespace.as_deref()?,
+                        i.metadata.name.as_deref()?,
+                    ))
+                }));
+                keys.extend(own_records(&caches.broker_imports, &cluster));
+                for key in keys {
+                    queue.add(key);
+                }
+                match claims.sweep(&caches.broker_imports, CLAIM_GRACE).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(claims = n, "released VIP claims no record kept"),
+                    Err(error) => warn!(%error, "cannot sweep VIP claims"),
+                }
+                tokio::select! {
+                    _ = leading.wait_for(|l| !*l) => metrics.set_leader(false),
+                    () = tokio::time::sleep(RESYNC) => {}
+                }
+            }
+        });
+    }
+}
+
+/// Sends what one event of a watch meant to the engine loop, if anything.
+fn forward(batches: &mpsc::UnboundedSender<Batch>, resource: &'static str, delta: facts::Delta) {
+    if !delta.changes.is_empty() || delta.synced {
+        let _ = batches.send(Batch {
+            resource,
+            changes: delta.changes,
+            synced: delta.synced,
+        });
+    }
+}
+
+fn event_name<K>(event: &Event<K>) -> &'static str {
+    match event {
+        Event::Apply(_) => "apply",
+        Event::Delete(_) => "delete",
+        Event::Init => "init",
+        Event::InitApply(_) => "init-apply",
+        Event::InitDone => "init-done",
+    }
+}
+
+/// Decides which objects of a watch are this cluster's, for an [`Owned`] index.
+type OwnedFilter<K> = (Arc<Owned>, Box<dyn Fn(&K) -> bool + Send + Sync>);
+
+/// Services this cluster has export records for on the broker.
+fn own_records(records: &Store<ServiceImport>, cluster: &str) -> Vec<ServiceKey> {
+    records
+        .state()
+        .iter()
+        .filter_map(|r| records::labelled_service(&r.metadata))
+        .filter(|(_, from)| from.as_deref() == Some(cluster))
+        .map(|(key, _)| key)
+        .collect()
+}

@@ -1,0 +1,6 @@
+//! What runs while serving: the apply loop both sources feed, start-up and
+//! shutdown, and the wiring of Kubernetes mode.
+
+pub mod kubernetes;
+pub mod serve;
+pub mod vip_state;

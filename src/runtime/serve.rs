@@ -1,0 +1,368 @@
+//! `serve`: wires the manifest source, the engine, the index, the DNS server
+//! and the operations listener.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
+use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
+use crate::engine::Engine;
+use crate::explain::shared::Published;
+use crate::index::Index;
+use crate::model::Change;
+use crate::ops::build_info;
+use crate::ops::http::{self, Health};
+use crate::ops::metrics::Metrics;
+use crate::runtime::kubernetes;
+use crate::runtime::vip_state;
+use crate::sources::manifests::ManifestSource;
+use crate::sources::watch::spawn_watcher;
+
+/// Longest wait for TCP queries in flight at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Name of the manifest directory source in metrics.
+const MANIFESTS: &str = "manifests";
+
+/// Where reconciled results go while serving.
+pub struct Outputs {
+    /// The DNS view.
+    pub index: Arc<Index>,
+    /// Metrics to keep current.
+    pub metrics: Arc<Metrics>,
+    /// Where the reconciler is published for `/debug/explain`.
+    pub published: Arc<Published>,
+}
+
+/// Feeds changes through the engine into the index and keeps the VIP state file current.
+pub struct Reconciler {
+    engine: Engine,
+    outputs: Option<Outputs>,
+    state_file: Option<PathBuf>,
+}
+
+impl Reconciler {
+    /// An engine set up from `args`, with the VIPs saved in the state file
+    /// restored. With `outputs` (serving), results reach the index and the
+    /// metrics and VIP allocations are saved; without (status), nothing is written.
+    pub fn new(args: &ClustersetArgs, outputs: Option<Outputs>) -> anyhow::Result<Self> {
+        let mut engine = Engine::new(args.engine_settings());
+        let path = args.state_file();
+        let skipped = engine.vips_mut().restore(vip_state::load(&path)?);
+        for (key, ip) in skipped {
+            warn!(service = %key, %ip, file = %path.display(), "saved VIP is outside the pools or taken twice; dropped");
+        }
+        Ok(Self {
+            engine,
+            state_file: outputs.as_ref().map(|_| path),
+            outputs,
+        })
+    }
+
+    /// A reconciler for Kubernetes mode: VIPs come from the broker, nothing is saved locally.
+    pub fn in_cluster(settings: crate::engine::EngineSettings, outputs: Outputs) -> Self {
+        Self {
+            engine: Engine::new(settings),
+            outputs: Some(outputs),
+            state_file: None,
+        }
+    }
+
+    /// Applies one batch of changes (a completed sync of the source).
+    pub fn apply(&mut self, changes: Vec<Change>) {
+        let started = Instant::now();
+        let updates = self.engine.apply(changes);
+        if let Some(out) = &self.outputs {
+            for (key, import) in &updates {
+                out.index.update(key, import.clone());
+            }
+            if !updates.is_empty() {
+                out.index.commit();
+            }
+        }
+        let saved = self.persist();
+        if let Some(out) = &self.outputs {
+            out.metrics
+                .reconciled(&self.engine, started.elapsed(), saved);
+        }
+    }
+
+    /// Applies the first full state of the sources: saved VIPs no import
+    /// claimed are released, and the index starts answering.
+    pub fn apply_initial(&mut self, changes: Vec<Change>) {
+        self.apply(changes);
+        self.engine.release_unclaimed_vips();
+        self.persist();
+        if let Some(out) = &self.outputs {
+            out.index.commit();
+            out.index.set_synced();
+        }
+    }
+
+    /// Shares the reconciler between the source's task and the writers,
+    /// and publishes it for `/debug/explain`.
+    pub fn shared(self) -> Arc<Mutex<Self>> {
+        let published = self.outputs.as_ref().map(|o| o.published.clone());
+        let shared = Arc::new(Mutex::new(self));
+        if let Some(published) = published {
+            published.set(&shared);
+        }
+        shared
+    }
+
+    /// The engine, for reading results.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Saves VIP allocations if they changed; false if that failed.
+    fn persist(&mut self) -> bool {
+        let Some(path) = &self.state_file else {
+            return true;
+        };
+        if !self.engine.vips_mut().take_dirty() {
+            return true;
+        }
+        match vip_state::save(path, &self.engine.vips_mut().allocations()) {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(
+                    error = format!("{error:#}"),
+                    "VIPs will not survive a restart"
+                );
+                false
+            }
+        }
+    }
+}
+
+/// A server that is answering DNS.
+pub struct Running {
+    /// The address DNS is answered on (UDP and TCP).
+    pub dns_addr: SocketAddr,
+    /// The address DNS over TLS is answered on, if `--tls-listen` was given.
+    pub tls_addr: Option<SocketAddr>,
+    /// The address of `/metrics`, `/healthz` and `/readyz`.
+    pub metrics_addr: SocketAddr,
+    /// The index being served (`is_synced` tells when the first load is done).
+    pub index: Arc<Index>,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Waits until the server fails or is shut down.
+    pub async fn wait(&mut self) -> anyhow::Result<()> {
+        (&mut self.task).await?
+    }
+
+    /// Stops accepting queries, lets TCP queries being answered finish, and
+    /// waits at most `grace` for that.
+    pub async fn shutdown(mut self, grace: Duration) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        match tokio::time::timeout(grace, self.wait()).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.task.abort();
+                anyhow::bail!("did not stop within {}s", grace.as_secs())
+            }
+        }
+    }
+
+    /// Stops serving at once.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Binds the DNS sockets and the operations listener, then loads the
+/// manifest directory (or connects to the Kubernetes API servers) in the
+/// background and keeps following it (SERVFAIL until the first sync is done).
+pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
+    let manifests = &args.clusterset.manifests;
+    let connection = match args.kubernetes.source {
+        SourceKind::Manifests => {
+            anyhow::ensure!(
+                manifests.is_dir(),
+                "manifest directory {} does not exist (see --manifests)",
+                manifests.display()
+            );
+            None
+        }
+        SourceKind::Kubernetes => {
+            Some(crate::sources::kubernetes::client::connect(&args.kubernetes).await?)
+        }
+    };
+    let index = Arc::new(
+        Index::new(
+            args.zone.clone(),
+            args.ttl,
+            args.cluster_targeting,
+            crate::index::serial::now(),
+        )
+        .with_reverse_zones(args.reverse_zones()),
+    );
+    let metrics = Arc::new(Metrics::new());
+    let tls = TlsListener::bind(&args.tls).await?;
+    let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
+    let dns = DnsServer::bind(
+        args.listen,
+        args.udp_workers,
+        index.clone(),
+        metrics.clone(),
+        TransferPolicy::new(args.transfer_allow.clone(), metrics.clone()),
+    )
+    .await
+    .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let dns_addr = dns.local_addr();
+    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, version = build_info::VERSION, revision = build_info::REVISION, "answering DNS (SERVFAIL until the first sync)");
+    let published = Arc::new(Published::default());
+    if let Some(listen) = tls_addr {
+        info!(%listen, "answering DNS over TLS");
+    }
+    let health = Arc::new(Health {
+        index: index.clone(),
+        metrics: metrics.clone(),
+        published: published.clone(),
+        max_sync_age: Duration::from_secs(args.max_sync_age),
+    });
+    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
+    let shutdown = dns.shutdown_token();
+    let tls = tls.map(|tls| tls.serve(index.clone(), metrics.clone(), shutdown.clone()));
+    let outputs = Outputs {
+        index: index.clone(),
+        metrics,
+        published,
+    };
+    let notifier = notify::run(
+        index.clone(),
+        args.notify.clone(),
+        outputs.metrics.clone(),
+        shutdown.clone(),
+    );
+    let mut reconcile: Task = match connection {
+        None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
+        Some(connection) => Box::pin(kubernetes::follow(
+            connection,
+            args.kubernetes,
+            args.clusterset,
+            outputs,
+            shutdown.clone(),
+        )),
+    };
+    let task = tokio::spawn(async move {
+        // DNS ends only on shutdown, the source on shutdown or an error, the
+        // operations listener only on an error.
+        let mut dns = std::pin::pin!(async {
+            let tls = async {
+                if let Some(tls) = tls {
+                    tls.await;
+                }
+            };
+            tokio::join!(dns.run(), tls).0
+        });
+        tokio::select! {
+            stopped = &mut dns => {
+                // Let the source wrap up (the leader Lease is released there).
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut reconcile).await;
+                stopped
+            }
+            followed = &mut reconcile => {
+                followed?;
+                dns.await
+            }
+            failed = operations => failed,
+            never = notifier => match never {},
+        }
+    });
+    Ok(Running {
+        dns_addr,
+        tls_addr,
+        metrics_addr,
+        index,
+        shutdown,
+        task,
+    })
+}
+
+/// Binds the operations listener. A failure is fatal, as for DNS: without
+/// `/healthz` and `/readyz` the kubelet's probes would kill the server later,
+/// for a reason its log no longer shows.
+async fn operations_listener(
+    listen: SocketAddr,
+    health: Arc<Health>,
+) -> anyhow::Result<(SocketAddr, Task)> {
+    let listener = TcpListener::bind(listen).await.with_context(|| {
+        format!("cannot serve /metrics, /healthz and /readyz on {listen} (see --metrics-listen)")
+    })?;
+    let addr = listener.local_addr()?;
+    info!(listen = %addr, "serving /metrics, /healthz and /readyz");
+    Ok((addr, Box::pin(http::serve(listener, health))))
+}
+
+/// A task that runs for the life of the server.
+type Task = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Loads the manifest directory, then applies every rescan the watcher
+/// reports until `shutdown`.
+async fn follow_manifests(
+    clusterset: ClustersetArgs,
+    outputs: Outputs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let metrics = outputs.metrics.clone();
+    let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
+    let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let index = outputs.index.clone();
+        // Shared (and published for /debug/explain) before the index answers.
+        let reconciler = Reconciler::new(&clusterset, Some(outputs))?.shared();
+        let mut source = ManifestSource::new(&clusterset.manifests);
+        let initial = source.rescan(&HashSet::new());
+        reconciler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply_initial(initial);
+        info!(services = index.len(), "first sync done");
+        Ok((reconciler, spawn_watcher(source, tx)?))
+    })
+    .await??;
+    metrics.source_synced(MANIFESTS, watcher.problems().len());
+    loop {
+        let batch = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            batch = rx.recv() => batch,
+        };
+        let Some(batch) = batch else { break };
+        reconciler
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(batch);
+        metrics.source_synced(MANIFESTS, watcher.problems().len());
+    }
+    warn!("manifest watcher stopped; serving the last state");
+    std::future::pending().await
+}
+
+/// Serves DNS for the clusterset in the manifest directory until SIGTERM or
+/// SIGINT, then shuts down gracefully.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut running = start(args).await?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = running.wait() => return result,
+        _ = terminate.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    running.shutdown(SHUTDOWN_GRACE).await?;
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! Sources: what turns the outside world into [`Change`](crate::model::Change)s for the engine.
+//!
+//! A source watches some description of the member clusters (a manifest
+//! directory here, the Kubernetes API later) and reports, per cluster, each
+//! ServiceExport, Service and EndpointSlice that appears, changes or goes away,
+//! already reduced to [`crate::model`] facts by [`convert`].
+
+pub mod kubernetes;
+pub mod manifests;
+
+pub use manifests::watch;
+pub use manifests::{ManifestSource, Problem};
+pub use watch::{WatchHandle, spawn_watcher};
