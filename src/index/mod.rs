@@ -7,6 +7,7 @@ mod names;
 mod records;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -19,7 +20,7 @@ pub use names::{Owner, ServiceName, dashed};
 pub use records::address_type;
 
 use crate::engine::Import;
-use crate::model::ServiceKey;
+use crate::model::{IpFamily, ServiceKey};
 
 /// Version of the MCS DNS schema served at `dns-version.<zone>`.
 pub const DNS_SCHEMA_VERSION: &str = "1.0.0";
@@ -68,6 +69,7 @@ pub struct Index {
     apex: LowerName,
     ttl: u32,
     cluster_targeting: bool,
+    nameserver_addresses: Vec<IpAddr>,
     services: DashMap<Box<str>, Arc<ServiceEntry>, Hasher>,
     namespaces: DashMap<Box<str>, usize, Hasher>,
     fixed_cache: ResponseCache,
@@ -87,6 +89,7 @@ impl Index {
             zone,
             ttl,
             cluster_targeting,
+            nameserver_addresses: Vec::new(),
             services: DashMap::default(),
             namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
@@ -94,6 +97,14 @@ impl Index {
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
         }
+    }
+
+    /// Sets the addresses of `ns.dns.<zone>`, the target of the apex NS
+    /// record (none: that name answers NODATA).
+    #[must_use]
+    pub fn with_nameserver_addresses(mut self, addresses: Vec<IpAddr>) -> Self {
+        self.nameserver_addresses = addresses;
+        self
     }
 
     /// The zone apex.
@@ -136,7 +147,8 @@ impl Index {
         let owner = match labels {
             [] => Some(Owner::Apex),
             [b"dns-version"] => Some(Owner::DnsVersion),
-            [b"svc"] => Some(Owner::Empty),
+            [b"svc"] | [b"dns"] => Some(Owner::Empty),
+            [b"ns", b"dns"] => Some(Owner::NameServer),
             [namespace, b"svc"] => std::str::from_utf8(namespace)
                 .ok()
                 .filter(|ns| self.namespaces.contains_key(*ns))
@@ -178,6 +190,12 @@ impl Index {
                     RData::TXT(txt),
                 )]
             }
+            Owner::NameServer => self
+                .nameserver_addresses
+                .iter()
+                .filter(|ip| wants(address_type(IpFamily::of(ip))))
+                .map(|ip| records::address_record(name, self.ttl, *ip))
+                .collect(),
             Owner::DnsVersion | Owner::Empty => Vec::new(),
             Owner::Service(entry, which) => {
                 records::service_records(entry, which, name, rtype, self.ttl)
@@ -460,6 +478,14 @@ mod tests {
             find(&index, "shop.svc.clusterset.local."),
             Some(Owner::Empty)
         ));
+        assert!(matches!(
+            find(&index, "dns.clusterset.local."),
+            Some(Owner::Empty)
+        ));
+        assert!(matches!(
+            find(&index, "ns.dns.clusterset.local."),
+            Some(Owner::NameServer)
+        ));
         assert!(find(&index, "other.svc.clusterset.local.").is_none());
         assert!(find(&index, "x.clusterset.local.").is_none());
         assert!(matches!(
@@ -474,10 +500,17 @@ mod tests {
         let q = |n: &str| which(&index, &format!("{n}.shop.svc.clusterset.local."));
         assert_eq!(q("web"), Some(ServiceName::Service));
         assert_eq!(q("_http._tcp.web"), Some(ServiceName::Srv(0)));
-        assert_eq!(q("_tcp.web"), Some(ServiceName::Protocol));
+        assert_eq!(q("_tcp.web"), Some(ServiceName::Empty));
         assert_eq!(q("_http._udp.web"), None);
         assert_eq!(q("_grpc._tcp.web"), None);
         assert_eq!(q("east.web"), None, "reserved without cluster targeting");
+        // RFC 8020, RFC 4592 §2.2.2: a name with per-pod names below exists.
+        assert_eq!(q("east.db"), Some(ServiceName::Empty));
+        assert_eq!(q("eu.west.db"), Some(ServiceName::Empty));
+        assert_eq!(q("west.db"), Some(ServiceName::Empty), "tail of eu.west");
+        assert_eq!(q("eu.db"), None, "head of eu.west has nothing below");
+        assert_eq!(q("north.db"), None);
+        assert_eq!(q("x.west.db"), None);
         let pod = |ip: &str| vec![ip.parse::<std::net::IpAddr>().unwrap()];
         assert_eq!(
             q("db-0.east.db"),
@@ -504,6 +537,8 @@ mod tests {
         assert_eq!(t("east.web"), Some(ServiceName::Cluster(0)));
         assert_eq!(t("eu.west.db"), Some(ServiceName::Cluster(1)));
         assert_eq!(t("north.web"), None);
+        assert_eq!(t("west.db"), Some(ServiceName::Empty));
+        assert_eq!(t("west.web"), None);
     }
 
     #[test]
