@@ -2,7 +2,7 @@
 //! and the operations listener.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
-use crate::dns::DnsServer;
+use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
+use crate::dns::{DnsServer, TcpLimits};
 use crate::engine::Engine;
 use crate::http::{self, Health};
 use crate::index::Index;
@@ -183,16 +183,20 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         }
         SourceKind::Kubernetes => Some(kubernetes::connect(&args.kubernetes).await?),
     };
-    let index = Arc::new(Index::new(
-        args.zone.clone(),
-        args.ttl,
-        args.cluster_targeting,
-        unix_serial(),
-    ));
+    let index = Arc::new(
+        Index::new(
+            args.zone.clone(),
+            args.ttl,
+            args.cluster_targeting,
+            unix_serial(),
+        )
+        .with_nameserver_addresses(nameserver_addresses(&args)),
+    );
     let metrics = Arc::new(Metrics::new());
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
+        tcp_limits(&args.tcp),
         index.clone(),
         metrics.clone(),
     )
@@ -245,6 +249,28 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         shutdown,
         task,
     })
+}
+
+/// The addresses `ns.dns.<zone>` answers: `--nameserver-address`, else the
+/// `--listen` address unless it is a wildcard (then none: NODATA).
+fn nameserver_addresses(args: &ServeArgs) -> Vec<IpAddr> {
+    let mut addresses = args.nameserver_address.clone();
+    if addresses.is_empty() && !args.listen.ip().is_unspecified() {
+        addresses.push(args.listen.ip());
+    }
+    let mut seen = HashSet::new();
+    addresses.retain(|ip| seen.insert(*ip));
+    addresses
+}
+
+fn tcp_limits(args: &TcpArgs) -> TcpLimits {
+    TcpLimits {
+        max_connections: args.tcp_max_connections,
+        max_per_client: args.tcp_max_connections_per_client,
+        idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
+        write_timeout: Duration::from_secs(args.tcp_write_timeout),
+        ..TcpLimits::default()
+    }
 }
 
 /// Binds the operations listener; a failure is logged, not fatal: DNS is

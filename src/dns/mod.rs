@@ -5,11 +5,13 @@ mod answer;
 mod response;
 mod server;
 mod tcp;
+mod tcp_limits;
 mod udp;
 
 pub use answer::{Answer, answer};
 pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
 pub use server::DnsServer;
+pub use tcp_limits::TcpLimits;
 pub use udp::respond as respond_udp;
 
 use hickory_proto::rr::RecordType;

@@ -2,13 +2,14 @@
 //! `udp`), TCP on tokio tasks (see `tcp`).
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::tcp;
+use super::tcp_limits::{Connections, TcpLimits};
 use super::udp::UdpWorkers;
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -22,6 +23,7 @@ pub struct DnsServer {
     tcp: TcpListener,
     index: Arc<Index>,
     metrics: Arc<Metrics>,
+    tcp_limits: TcpLimits,
     shutdown: CancellationToken,
     local: SocketAddr,
 }
@@ -29,9 +31,11 @@ pub struct DnsServer {
 impl DnsServer {
     /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
     /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
+    /// TCP connections are held to `tcp_limits`.
     pub async fn bind(
         listen: SocketAddr,
         udp_workers: usize,
+        tcp_limits: TcpLimits,
         index: Arc<Index>,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
@@ -42,6 +46,7 @@ impl DnsServer {
             tcp: TcpListener::from_std(tcp)?,
             index,
             metrics,
+            tcp_limits,
             shutdown: CancellationToken::new(),
             local,
         })
@@ -60,8 +65,13 @@ impl DnsServer {
 
     /// Serves TCP (UDP runs on its own threads) until shut down.
     pub async fn run(self) -> anyhow::Result<()> {
-        let recorder = self.metrics.dns.recorder("tcp");
-        tcp::serve(self.tcp, self.index, recorder, self.shutdown).await;
+        let shared = Arc::new(tcp::Shared {
+            index: self.index,
+            recorder: Mutex::new(self.metrics.dns.recorder("tcp")),
+            metrics: self.metrics.dns.tcp.clone(),
+            connections: Connections::new(self.tcp_limits),
+        });
+        tcp::serve(self.tcp, shared, self.shutdown).await;
         drop(self.udp);
         Ok(())
     }
