@@ -183,6 +183,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         }
         SourceKind::Kubernetes => Some(kubernetes::connect(&args.kubernetes).await?),
     };
+    let nameservers = nameserver_addresses(&args);
     let index = Arc::new(
         Index::new(
             args.zone.clone(),
@@ -190,7 +191,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             args.cluster_targeting,
             unix_serial(),
         )
-        .with_nameserver_addresses(nameserver_addresses(&args)),
+        .with_nameserver_addresses(nameservers.clone()),
     );
     let metrics = Arc::new(Metrics::new());
     let dns = DnsServer::bind(
@@ -203,7 +204,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
-    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, "answering DNS (SERVFAIL until the first sync)");
+    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, ?nameservers, "answering DNS (SERVFAIL until the first sync)");
     let health = Arc::new(Health {
         index: index.clone(),
         metrics: metrics.clone(),
