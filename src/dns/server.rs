@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::tcp;
-use super::tcp_limits::{Connections, TcpLimits};
+use super::tcp_limits::{Connections, TcpLimits, raise_open_file_limit};
 use super::udp::UdpWorkers;
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -39,6 +39,7 @@ impl DnsServer {
         index: Arc<Index>,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
+        raise_open_file_limit(tcp_limits.max_connections);
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
         Ok(Self {

@@ -7,6 +7,13 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use tracing::warn;
+
+/// Descriptors the server needs besides TCP connections (sockets, watched
+/// files, API connections).
+const OTHER_FILES: u64 = 256;
+
 /// The TCP limits of a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpLimits {
@@ -124,6 +131,30 @@ impl Drop for Slot {
     }
 }
 
+/// Raises the soft limit on open files to the hard one, so that
+/// `max_connections` connections fit before `accept` fails with EMFILE and
+/// shuts every client out; warns when even the hard limit is too low.
+pub fn raise_open_file_limit(max_connections: usize) {
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    let needed = u64::try_from(max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(OTHER_FILES);
+    if limit < needed {
+        warn!(
+            limit,
+            needed,
+            "the open-file limit is below --tcp-max-connections plus the server's own files"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +181,15 @@ mod tests {
         drop((_second, _third, _fourth));
         assert_eq!(connections.lock().total, 0);
         assert!(connections.lock().by_client.is_empty());
+    }
+
+    /// The soft open-file limit is raised to the hard one, so that the
+    /// connection limit, not EMFILE, decides who is refused.
+    #[test]
+    fn the_open_file_limit_is_raised() {
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        setrlimit(Resource::RLIMIT_NOFILE, hard / 2, hard).unwrap();
+        raise_open_file_limit(16);
+        assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (hard, hard));
     }
 }
