@@ -1,6 +1,7 @@
 //! Real resolvers in front of the real binary, as pods reach the server:
 //! unbound (default, strict QNAME minimisation, stub priming), BIND 9
-//! (`type forward`, `type stub`) and dnsdist (with its packet cache).
+//! (`type forward`, `type stub`), dnsdist (with its packet cache),
+//! PowerDNS Recursor (`forward-zones`) and Knot Resolver (`policy.STUB`).
 //!
 //! Each test runs in a network namespace of its own (root: `unshare
 //! (CLONE_NEWNET)` on a dedicated thread; everything it starts inherits it),
@@ -488,6 +489,52 @@ fn dnsdist() {
             Command::new("dnsdist")
                 .args(["--supervised", "--disable-syslog", "-C"])
                 .arg(&config),
+            dir,
+        )
+    });
+}
+
+/// PowerDNS Recursor with the zone in `forward-zones` (queries without RD,
+/// as to an authoritative server).
+#[test]
+fn powerdns_recursor_forward_zones() {
+    resolver_test(&["pdns_recursor", "ip"], |dir| {
+        Daemon::spawn(
+            "pdns_recursor",
+            Command::new("pdns_recursor")
+                .args([
+                    "--local-address=127.0.0.1",
+                    "--local-port=53",
+                    "--forward-zones=clusterset.local=127.0.0.2",
+                    "--daemon=no",
+                    "--write-pid=no",
+                    "--dnssec=off",
+                    "--disable-syslog",
+                ])
+                .arg(format!("--socket-dir={}", dir.display()))
+                .arg(format!("--config-dir={}", dir.display())),
+            dir,
+        )
+    });
+}
+
+/// Knot Resolver sending the zone to the server (`policy.STUB`); its cache
+/// keeps answers at least `cache.min_ttl`, lowered to the TTL here.
+#[test]
+fn knot_resolver_stub() {
+    resolver_test(&["kresd", "ip"], |dir| {
+        let config = dir.join("kresd.lua");
+        let text = "net.listen('127.0.0.1', 53, { kind = 'dns' })\n\
+             trust_anchors.remove('.')\ncache.size = 10 * MB\ncache.min_ttl(1)\n\
+             policy.add(policy.suffix(policy.STUB({'127.0.0.2'}), {todname('clusterset.local.')}))\n";
+        fs::write(&config, text).expect("kresd.lua written");
+        Daemon::spawn(
+            "kresd",
+            Command::new("kresd")
+                .arg("-n")
+                .arg("-c")
+                .arg(&config)
+                .arg(dir),
             dir,
         )
     });
