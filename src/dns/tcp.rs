@@ -6,6 +6,7 @@
 //! shutdown it stops accepting, and each connection writes the answers to
 //! the queries it has read.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -13,7 +14,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
@@ -38,25 +39,49 @@ pub struct Shared {
 }
 
 /// Accepts connections until `shutdown`, then waits for open connections to
-/// finish their current query. A connection over a limit is closed at once
-/// and counted.
+/// finish their current query.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let (connections, metrics) = (shared.connections.clone(), shared.metrics.clone());
+    accept(
+        listener,
+        &connections,
+        &metrics,
+        shutdown.clone(),
+        move |stream, peer| {
+            let (shared, shutdown) = (shared.clone(), shutdown.clone());
+            async move { connection(stream, peer, &shared, &shutdown).await }
+        },
+    )
+    .await;
+}
+
+/// The accept loop: a connection within the limits of `connections` gets the
+/// task `open` makes for it; one over a limit is closed at once and counted.
+/// On `shutdown` it stops accepting and waits for those tasks.
+pub async fn accept<T>(
+    listener: TcpListener,
+    connections: &Arc<Connections>,
+    metrics: &TcpMetrics,
+    shutdown: CancellationToken,
+    mut open: impl FnMut(TcpStream, SocketAddr) -> T,
+) where
+    T: Future<Output = ()> + Send + 'static,
+{
     let mut tasks = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match shared.connections.admit(peer.ip()) {
+                Ok((stream, peer)) => match connections.admit(peer.ip()) {
                     Ok(slot) => {
-                        let shared = shared.clone();
-                        let shutdown = shutdown.clone();
+                        let (task, gauge) = (open(stream, peer), metrics.open.clone());
                         tasks.spawn(async move {
-                            shared.metrics.open.inc();
-                            connection(stream, peer, &shared, &shutdown).await;
-                            shared.metrics.open.dec();
+                            gauge.inc();
+                            task.await;
+                            gauge.dec();
                             drop(slot);
                         });
                     }
-                    Err(limit) => shared.metrics.refused.with_label_values(&[limit.label()]).inc(),
+                    Err(limit) => metrics.refused.with_label_values(&[limit.label()]).inc(),
                 },
                 Err(error) => {
                     warn!(%error, "TCP accept failed");

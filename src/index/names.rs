@@ -1,4 +1,4 @@
-//! Which name of the zone a query name is (DESIGN.md §4): the apex, a fixed
+//! Which name of the zone a query name is (README, "What it answers"): the apex, a fixed
 //! name, an empty non-terminal, or a name under one service.
 
 use std::net::IpAddr;
