@@ -1,5 +1,6 @@
-//! Which name of the zone a query name is (README, "What it answers"): the apex, a fixed
-//! name, an empty non-terminal, or a name under one service.
+//! Which name of the zone a query name is (README, "What it answers"): the
+//! apex, a fixed name, an empty non-terminal, the NS target, or a name under
+//! one service.
 
 use std::net::IpAddr;
 use std::sync::Arc;
