@@ -51,7 +51,7 @@ pub enum Command {
     /// Print the imports and export conditions, like `kubectl get` would, and exit.
     Status(StatusArgs),
     /// Validate a configuration (flags, `--config` file, manifest directory,
-    /// VIP state file; with `--source kubernetes`, the local and broker API
+    /// VIP state file, TLS certificate and key; with `--source kubernetes`, the local and broker API
     /// servers) without serving: exit 0 when `serve` would start cleanly,
     /// non-zero with the problems otherwise.
     Check(ServeArgs),
@@ -166,6 +166,26 @@ pub struct ServeArgs {
     /// Kubernetes mode.
     #[command(flatten)]
     pub kubernetes: KubernetesArgs,
+    /// DNS over TLS.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// Flags of the DNS over TLS listener (RFC 7858), off unless `--tls-listen` is given.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "DNS over TLS")]
+pub struct TlsArgs {
+    /// Address to answer DNS over TLS on (port 853 by RFC 7858); needs
+    /// `--tls-cert` and `--tls-key`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain, server certificate first; reloaded when the
+    /// file changes.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `--tls-cert`; reloaded with it.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Limits on DNS over TCP (RFC 7766 §6.2.3, §10).

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
 use clusterset_dns::config_file::{self, Invocation};
-use clusterset_dns::{crd, kubernetes, serve, status};
+use clusterset_dns::{crd, dns, kubernetes, serve, status};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
@@ -16,6 +16,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's `mi_option_purge_delay`, which libmimalloc-sys does not name:
 /// in mimalloc.h (v2 and v3) it is the option just before `use_numa_nodes`.
+/// A test checks it is the option mimalloc reads from `MIMALLOC_PURGE_DELAY`,
+/// so an upgrade that renumbers the options fails the build's tests.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t =
     libmimalloc_sys::mi_option_use_numa_nodes - 1;
 
@@ -61,10 +63,13 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
         Some(Command::Serve(args)) => serve::serve(args).await?,
         Some(Command::Status(args)) => print!("{}", status::render(&args)?),
         Some(Command::Check(args)) => {
-            let report = match args.kubernetes.source {
+            let mut report = match args.kubernetes.source {
                 SourceKind::Manifests => config_file::check(&args),
                 SourceKind::Kubernetes => kubernetes::check(&args.kubernetes).await,
             };
+            if let Err(error) = dns::check_tls(&args.tls) {
+                report.problems.push(format!("{error:#}"));
+            }
             print!("{}", report.summary);
             if !report.problems.is_empty() {
                 eprintln!("error: {} problem(s):", report.problems.len());
@@ -104,5 +109,37 @@ fn init_logging(invocation: &Invocation) {
     }
     if let Some(error) = bad {
         tracing::warn!(%error, RUST_LOG = rust_log.as_deref().unwrap_or_default(), "invalid RUST_LOG ignored; logging at info");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// mimalloc reads each option from `MIMALLOC_<NAME>` when it starts, so a
+    /// copy of this test run with `MIMALLOC_PURGE_DELAY=123` sees 123 exactly
+    /// when [`MI_OPTION_PURGE_DELAY`] names that option.
+    #[test]
+    fn the_purge_delay_option_is_the_one_named_purge_delay() {
+        const MARK: &str = "123";
+        if std::env::var("MIMALLOC_PURGE_DELAY").as_deref() == Ok(MARK) {
+            // SAFETY: reads an option; mimalloc is initialised (it is the allocator).
+            let value = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+            assert_eq!(value.to_string(), MARK);
+            return;
+        }
+        let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "tests::the_purge_delay_option_is_the_one_named_purge_delay",
+            ])
+            .env("MIMALLOC_PURGE_DELAY", MARK)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("the test binary runs");
+        assert!(
+            status.success(),
+            "MI_OPTION_PURGE_DELAY is not mimalloc's purge_delay"
+        );
     }
 }

@@ -36,6 +36,8 @@ pub struct Metrics {
     registry: Registry,
     /// Query-path metrics.
     pub dns: DnsMetrics,
+    /// DNS over TLS handshakes and certificate reloads.
+    pub tls: TlsMetrics,
     reconciles: IntCounter,
     reconcile_errors: IntCounter,
     reconcile_duration: Histogram,
@@ -147,6 +149,7 @@ impl Metrics {
         };
         Self {
             dns,
+            tls: TlsMetrics::new(&registry),
             reconciles: register(
                 &registry,
                 IntCounter::with_opts(opts(
@@ -385,6 +388,53 @@ fn register<T: Collector + Clone + 'static>(
         .register(Box::new(metric.clone()))
         .expect("metric names are unique");
     metric
+}
+
+/// Counters of the DNS over TLS listener.
+pub struct TlsMetrics {
+    /// TLS handshakes completed.
+    pub handshakes: IntCounter,
+    /// TLS handshakes that failed or timed out.
+    pub handshake_failures: IntCounter,
+    /// Certificate reloads by result (`loaded`, `rejected`: the old one kept serving).
+    reloads: IntCounterVec,
+}
+
+impl TlsMetrics {
+    fn new(registry: &Registry) -> Self {
+        Self {
+            handshakes: register(
+                registry,
+                IntCounter::with_opts(opts(
+                    "tls_handshakes_total",
+                    "DNS over TLS handshakes completed.",
+                )),
+            ),
+            handshake_failures: register(
+                registry,
+                IntCounter::with_opts(opts(
+                    "tls_handshake_failures_total",
+                    "DNS over TLS handshakes that failed or timed out.",
+                )),
+            ),
+            reloads: register(
+                registry,
+                IntCounterVec::new(
+                    opts(
+                        "tls_certificate_reloads_total",
+                        "Changed TLS certificate files read, by result (loaded; rejected: the previous certificate keeps serving).",
+                    ),
+                    &["result"],
+                ),
+            ),
+        }
+    }
+
+    /// Counts a changed certificate that was put in service (`true`) or rejected.
+    pub fn reloaded(&self, loaded: bool) {
+        let result = if loaded { "loaded" } else { "rejected" };
+        self.reloads.with_label_values(&[result]).inc();
+    }
 }
 
 impl DnsMetrics {

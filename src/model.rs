@@ -24,6 +24,16 @@ pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
     })
 }
 
+/// Whether `s` is a lower-case DNS label as Kubernetes names are (RFC 1123
+/// §2.1): 1 to 63 letters, digits and `-`, not starting or ending with `-`.
+pub fn is_dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
 /// A few addresses (usually one), kept inline.
 pub type Ips = SmallVec<[IpAddr; 1]>;
 

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
-use crate::dns::{DnsServer, TcpLimits};
+use crate::dns::{DnsServer, TcpLimits, TlsListener};
 use crate::engine::Engine;
 use crate::http::{self, Health};
 use crate::index::Index;
@@ -134,6 +134,8 @@ impl Reconciler {
 pub struct Running {
     /// The address DNS is answered on (UDP and TCP).
     pub dns_addr: SocketAddr,
+    /// The address DNS over TLS is answered on, if `--tls-listen` was given.
+    pub tls_addr: Option<SocketAddr>,
     /// The address of `/metrics`, `/healthz` and `/readyz`, if it could be bound.
     pub metrics_addr: Option<SocketAddr>,
     /// The index being served (`is_synced` tells when the first load is done).
@@ -194,10 +196,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .with_nameserver_addresses(nameservers.clone()),
     );
     let metrics = Arc::new(Metrics::new());
+    let tls = TlsListener::bind(&args.tls).await?;
+    let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
+    let limits = tcp_limits(&args.tcp);
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
-        tcp_limits(&args.tcp),
+        limits.clone(),
         index.clone(),
         metrics.clone(),
     )
@@ -205,17 +210,21 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
     info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, ?nameservers, "answering DNS (SERVFAIL until the first sync)");
+    if let Some(listen) = tls_addr {
+        info!(%listen, "answering DNS over TLS");
+    }
     let health = Arc::new(Health {
         index: index.clone(),
         metrics: metrics.clone(),
         max_sync_age: Duration::from_secs(args.max_sync_age),
     });
     let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await;
+    let shutdown = dns.shutdown_token();
+    let tls = tls.map(|tls| tls.serve(index.clone(), metrics.clone(), limits, shutdown.clone()));
     let outputs = Outputs {
         index: index.clone(),
         metrics,
     };
-    let shutdown = dns.shutdown_token();
     let mut reconcile: Task = match connection {
         None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
         Some(connection) => Box::pin(kubernetes::follow(
@@ -229,7 +238,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let task = tokio::spawn(async move {
         // DNS ends only on shutdown, the source on shutdown or an error, the
         // operations listener only on an error.
-        let mut dns = std::pin::pin!(dns.run());
+        let mut dns = std::pin::pin!(async {
+            let tls = async {
+                if let Some(tls) = tls {
+                    tls.await;
+                }
+            };
+            tokio::join!(dns.run(), tls).0
+        });
         tokio::select! {
             stopped = &mut dns => {
                 // Let the source wrap up (the leader Lease is released there).
@@ -245,6 +261,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     });
     Ok(Running {
         dns_addr,
+        tls_addr,
         metrics_addr,
         index,
         shutdown,

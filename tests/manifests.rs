@@ -79,3 +79,54 @@ async fn a_broken_file_at_startup_is_a_problem_and_the_rest_is_served() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert!(listed[0].contains("broken.yaml"), "{listed:?}");
 }
+
+/// Issue: names that are not DNS labels. A Service whose name (RFC 1035
+/// §2.3.1) or namespace (RFC 1123 §2.1) cannot be a DNS label is a problem
+/// naming the file, document and field; its export is `Valid=False
+/// NoService` and never gets a VIP or an answer, however long the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_whose_names_are_not_dns_labels_are_problems_and_never_served() {
+    let cs = Clusterset::new();
+    let long = "a".repeat(300);
+    let bad = [
+        ("shop", "Bad_Name"),
+        ("Bad_NS", "web"),
+        ("shop", long.as_str()),
+    ];
+    let mut docs = exported("good", "10.1.0.1");
+    for (ns, name) in bad {
+        let service = cluster_ip(ns, name, &["10.0.0.9"]);
+        docs.push(service.export());
+        docs.push(service);
+    }
+    cs.write("east", "a.yaml", &docs);
+    let server = start(cs.dir(), &[]).await;
+    assert_eq!(
+        resolve(server.addr, &svc("good.shop"), A).await,
+        ips(["10.1.0.1"])
+    );
+    let status = status_json(cs.dir(), &[]);
+    let listed = problems(&status);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    for (ns, name) in bad {
+        let field = if ns == "shop" {
+            "metadata.name"
+        } else {
+            "metadata.namespace"
+        };
+        assert!(
+            listed.iter().any(|p| p.contains("a.yaml")
+                && p.contains(&format!("Service {ns}/{name}"))
+                && p.contains(field)
+                && p.contains("DNS label")),
+            "{ns}/{name}: {listed:?}"
+        );
+        assert!(import(&status, ns, name).is_none(), "{ns}/{name} imported");
+        assert_eq!(
+            export_condition(&status, ns, name, "east", "Valid"),
+            cond("False", "NoService")
+        );
+    }
+    let dns_name = svc("bad_name.shop");
+    assert_eq!(resolve(server.addr, &dns_name, A).await, Outcome::NxDomain);
+}

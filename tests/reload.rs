@@ -242,3 +242,43 @@ async fn equal_timestamps_fall_back_to_cluster_id_order() {
         "a is the oldest: Headless"
     );
 }
+
+/// Sets the soft open-file limit of process `pid` with util-linux `prlimit`.
+fn set_open_files(pid: u32, limit: u64) {
+    let status = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={limit}:")])
+        .status()
+        .expect("prlimit runs");
+    assert!(status.success(), "prlimit --pid {pid} --nofile={limit}");
+}
+
+/// Issue fault: a rescan that cannot read the directory (here: too many open
+/// files) is tried again within seconds, not at the 30 s resync, even when
+/// no further file event comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescan_that_could_not_read_is_retried_soon() {
+    let cs = Clusterset::new();
+    cs.write("east", "db.yaml", &db(&["10.1.0.1"]));
+    let server = spawn_binary(cs.dir(), &[]).await;
+    let name = svc("db.shop");
+    assert_eq!(resolve(server.addr, &name, A).await, ips(["10.1.0.1"]));
+
+    // No new file descriptor can be opened: the edit's rescan fails.
+    set_open_files(server.pid(), 3);
+    cs.write("east", "db.yaml", &db(&["10.1.0.2"]));
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        resolve(server.addr, &name, A).await,
+        ips(["10.1.0.1"]),
+        "the last good state is served while the directory cannot be read"
+    );
+    // Descriptors are available again; no file event tells the server.
+    set_open_files(server.pid(), 1024);
+    eventually_within(
+        std::time::Duration::from_secs(5),
+        "the edit after the failed rescan",
+        ips(["10.1.0.2"]),
+        || resolve(server.addr, &name, A),
+    )
+    .await;
+}

@@ -1,17 +1,20 @@
 //! The DNS side: answers queries from the [`Index`](crate::index::Index) over
-//! UDP and TCP. Knows DNS, knows nothing of Kubernetes.
+//! UDP, TCP and TLS. Knows DNS, knows nothing of Kubernetes.
 
 mod answer;
+mod certificates;
 mod response;
 mod server;
 mod tcp;
 mod tcp_limits;
+mod tls;
 mod udp;
 
 pub use answer::{Answer, answer};
 pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
 pub use server::DnsServer;
 pub use tcp_limits::TcpLimits;
+pub use tls::{TlsListener, check as check_tls};
 pub use udp::respond as respond_udp;
 
 use hickory_proto::rr::RecordType;

@@ -1,4 +1,4 @@
-//! Builds and encodes whole responses, for UDP and TCP alike, with
+//! Builds and encodes whole responses, for UDP, TCP and TLS alike, with
 //! hickory-proto's encoder (which truncates and sets TC when a size is set).
 
 use std::sync::Arc;
@@ -6,6 +6,7 @@ use std::sync::Arc;
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Edns, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::Record;
+use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
 use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::zone_handler::{
     MessageRequest, MessageResponse, MessageResponseBuilder, Queries,
@@ -22,6 +23,10 @@ use tracing::debug;
 
 use super::answer::{Answer, answer};
 use crate::index::Index;
+
+/// Responses to padded queries over TLS are padded to a multiple of this
+/// (RFC 8467 §4.1, Block-Length Padding).
+const PADDING_BLOCK: usize = 468;
 
 /// Largest UDP response advertised and sent (the DNS flag day 2020 size).
 pub const MAX_UDP_PAYLOAD: u16 = 1232;
@@ -104,6 +109,34 @@ impl Response {
         self.message(queries, with_edns)
             .destructive_emit(&mut encoder)?;
         Ok(bytes)
+    }
+
+    /// Encodes for TCP or TLS (no size limit). Over TLS, the response to a
+    /// query that carried the EDNS Padding option is padded to a multiple of
+    /// [`PADDING_BLOCK`] bytes (RFC 7830 §4: responders MUST pad then; RFC
+    /// 8467 §4.1: the block length for encrypted transports). In clear text
+    /// padding hides nothing, so TCP never pads.
+    pub fn encode_stream(
+        &mut self,
+        request: &MessageRequest,
+        encrypted: bool,
+    ) -> Result<Vec<u8>, ProtoError> {
+        let bytes = self.encode(&request.queries, true, u16::MAX)?;
+        let padded = request
+            .edns
+            .as_ref()
+            .is_some_and(|e| e.options().get(EdnsCode::Padding).is_some());
+        let Some(edns) = self.edns.as_mut().filter(|_| encrypted && padded) else {
+            return Ok(bytes);
+        };
+        // The option's code and length take 4 bytes, the padding the rest.
+        let length = (PADDING_BLOCK - (bytes.len() + 4) % PADDING_BLOCK) % PADDING_BLOCK;
+        if bytes.len() + 4 + length > usize::from(u16::MAX) {
+            return Ok(bytes);
+        }
+        let padding = EdnsOption::Unknown(EdnsCode::Padding.into(), vec![0; length]);
+        edns.options_mut().insert(padding);
+        self.encode(&request.queries, true, u16::MAX)
     }
 
     /// What was answered, for metrics.

@@ -49,7 +49,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
         shutdown.clone(),
         move |stream, peer| {
             let (shared, shutdown) = (shared.clone(), shutdown.clone());
-            async move { connection(stream, peer, &shared, &shutdown).await }
+            async move { connection(stream, peer, &shared, &shutdown, false).await }
         },
     )
     .await;
@@ -96,13 +96,15 @@ pub async fn accept<T>(
     while tasks.join_next().await.is_some() {}
 }
 
-/// Serves one connection (any byte stream carrying RFC 1035 §4.2.2 framing)
-/// until the client closes it, idles, stops reading, or the server shuts down.
+/// Serves one connection (any byte stream carrying RFC 1035 §4.2.2 framing,
+/// TLS included: `encrypted`, the responses may be padded) until the client
+/// closes it, idles, stops reading, or the server shuts down.
 pub async fn connection<S>(
     stream: S,
     peer: SocketAddr,
     shared: &Shared,
     shutdown: &CancellationToken,
+    encrypted: bool,
 ) where
     S: AsyncRead + AsyncWrite + Send,
 {
@@ -119,6 +121,7 @@ pub async fn connection<S>(
         peer,
         shared,
         shutdown,
+        encrypted,
         pending,
     );
     let write = write_responses(FramedWrite::new(writer, codec()), peer, limits, waiting);
@@ -142,6 +145,7 @@ async fn read_queries<R: AsyncRead>(
     peer: SocketAddr,
     shared: &Shared,
     shutdown: &CancellationToken,
+    encrypted: bool,
     pending: mpsc::Sender<Bytes>,
 ) {
     let idle = shared.connections.limits().idle_timeout;
@@ -158,7 +162,7 @@ async fn read_queries<R: AsyncRead>(
             Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
             Ok(None) | Err(_) => return,
         };
-        for response in respond(shared, &request, peer) {
+        for response in respond(shared, &request, peer, encrypted) {
             if pending.send(response).await.is_err() {
                 return;
             }
@@ -168,11 +172,11 @@ async fn read_queries<R: AsyncRead>(
 
 /// The messages answering one request, in order (none: nothing is due; a
 /// zone transfer would be several).
-fn respond(shared: &Shared, request: &[u8], peer: SocketAddr) -> Vec<Bytes> {
+fn respond(shared: &Shared, request: &[u8], peer: SocketAddr, encrypted: bool) -> Vec<Bytes> {
     let started = Instant::now();
     let (bytes, outcome) = match handle(&shared.index, request, peer) {
-        Handled::Answered(request, response) => {
-            match response.encode(&request.queries, true, u16::MAX) {
+        Handled::Answered(request, mut response) => {
+            match response.encode_stream(&request, encrypted) {
                 Ok(bytes) => (bytes, response.outcome(&request)),
                 Err(error) => {
                     warn!(%error, %peer, "cannot encode a TCP response");

@@ -14,8 +14,13 @@ use smallvec::SmallVec;
 use crate::crd::{self, LABEL_MCS_SERVICE_NAME, LABEL_SERVICE_NAME};
 use crate::model::{
     Endpoint, ExportAge, ExportInfo, Exported, IpFamily, Object, SESSION_AFFINITIES, ServiceInfo,
-    ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
+    ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, is_dns_label, setting,
 };
+
+/// What a namespace must be (RFC 1123 §2.1, as Kubernetes spells it).
+const RFC_1123_LABEL: &str = "an RFC 1123 DNS label (at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit)";
+/// What a Service name must be (RFC 1035 §2.3.1, as Kubernetes spells it).
+const RFC_1035_LABEL: &str = "an RFC 1035 DNS label (at most 63 lower-case letters, digits and '-', starting with a letter and ending with a letter or digit)";
 
 /// The namespace of an object whose `metadata.namespace` is missing, as `kubectl apply` assumes.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -87,6 +92,19 @@ pub enum ConvertError {
         /// The offending value.
         value: String,
     },
+    /// A Service whose name or namespace cannot be a DNS label, so its
+    /// `<name>.<namespace>.svc` name could never be served.
+    #[error("{object}: {field} {value:?} is not {rule}")]
+    NotDnsLabel {
+        /// `Service namespace/name`.
+        object: String,
+        /// `metadata.name` or `metadata.namespace`.
+        field: &'static str,
+        /// The offending value.
+        value: String,
+        /// The rule broken, for the message.
+        rule: &'static str,
+    },
     /// An `ipFamilies` entry other than `IPv4` / `IPv6`.
     #[error("{object}: unknown IP family {family:?} in spec.ipFamilies")]
     BadIpFamily {
@@ -128,6 +146,20 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
 pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
     let (namespace, name) = identity("Service", &svc.metadata)?;
     let object = || format!("Service {namespace}/{name}");
+    // Kubernetes validates these (RFC 1035 labels for Service names, RFC 1123
+    // for namespaces); a manifest file may not have been.
+    let not_label = |field, value: &str, rule| ConvertError::NotDnsLabel {
+        object: object(),
+        field,
+        value: value.to_owned(),
+        rule,
+    };
+    if !is_dns_label(namespace) {
+        return Err(not_label("metadata.namespace", namespace, RFC_1123_LABEL));
+    }
+    if !is_dns_label(name) || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err(not_label("metadata.name", name, RFC_1035_LABEL));
+    }
     let default_spec = Default::default();
     let spec = svc.spec.as_ref().unwrap_or(&default_spec);
 
@@ -485,6 +517,32 @@ mod tests {
             err.to_string(),
             "Service in namespace prod has no metadata.name"
         );
+    }
+
+    /// Service names are RFC 1035 labels, namespaces RFC 1123 labels.
+    #[test]
+    fn service_names_must_be_dns_labels() {
+        let named = |ns: &str, name: &str| {
+            service(&svc(json!({"metadata": {"name": name, "namespace": ns}})))
+        };
+        for (ns, name, field) in [
+            ("prod", "Web", "metadata.name"),
+            ("prod", "web_1", "metadata.name"),
+            ("prod", "1web", "metadata.name"),
+            ("prod", "web-", "metadata.name"),
+            ("Prod", "web", "metadata.namespace"),
+            ("prod.eu", "web", "metadata.namespace"),
+        ] {
+            let err = named(ns, name).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("Service {ns}/{name}: {field} "))
+                    && err.contains("DNS label"),
+                "{err}"
+            );
+        }
+        assert!(named("prod", &"w".repeat(64)).is_err());
+        assert!(named("prod", &"w".repeat(63)).is_ok());
+        assert!(named("1-prod", "web-1").is_ok());
     }
 
     #[test]

@@ -6,11 +6,9 @@
 //! already reduced to [`crate::model`] facts by [`convert`].
 
 pub mod convert;
-pub mod documents;
-mod files;
 pub mod manifests;
-pub mod watch;
 
 pub use convert::ConvertError;
+pub use manifests::watch;
 pub use manifests::{ManifestSource, Problem};
 pub use watch::{WatchHandle, spawn_watcher};

@@ -6,61 +6,24 @@
 //! `v1beta1`), EndpointSlices, Namespaces and `List`s of those. Hidden files and
 //! folders, other extensions and files directly in `DIR` are skipped.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
-use std::fs;
-use std::io;
+mod documents;
+mod files;
+mod problem;
+mod read;
+mod walk;
+pub mod watch;
+
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use litemap::LiteMap;
-use serde_json::{Map, Value};
-use walkdir::WalkDir;
-
-use super::convert;
-use super::documents::{self, Pieces, ReadPiece, Reusable};
-use super::files::{Def, FileState, Files, Ident, Kind, Stamp};
-use crate::crd;
 use crate::intern::Interner;
-use crate::model::{Change, ClusterId, ExportAge, Object, ObjectRef, ServiceKey};
-
-/// Something wrong with the directory, a file or one document of a file.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Problem {
-    /// The file (or folder) at fault.
-    pub file: PathBuf,
-    /// The 1-based document number within the file, when one document is at fault
-    /// (empty documents are not counted).
-    pub document: Option<usize>,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.document {
-            Some(n) => write!(f, "{}: document {n}: {}", self.file.display(), self.reason),
-            None => write!(f, "{}: {}", self.file.display(), self.reason),
-        }
-    }
-}
-
-/// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
-pub fn is_valid_cluster_id(name: &str) -> bool {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    let labels: Vec<&str> = name.split('.').collect();
-    labels.len() <= 2 && labels.into_iter().all(label_ok)
-}
+use crate::model::{Change, ClusterId, Object, ObjectRef, ServiceKey};
+use documents::Reusable;
+use files::{FileState, Files, Ident, Stamp};
+pub use problem::Problem;
+pub use walk::is_valid_cluster_id;
 
 /// Namespaces and names, shared by idents, keys and the engine.
 type Strings = Interner<str>;
@@ -74,58 +37,6 @@ fn shared(strings: &mut Strings, s: &str) -> Arc<str> {
 /// before the rescan: what the engine was told.
 type Affected = BTreeMap<Ident, Option<(ServiceKey, Object)>>;
 
-/// The result of walking the directory.
-#[derive(Default)]
-struct Walk {
-    /// Manifest files in walk order (sorted, so reads are deterministic).
-    files: Vec<(PathBuf, ClusterId, Stamp)>,
-    problems: Vec<Problem>,
-    /// Paths that could not be read: known files below them are kept as they were.
-    keep: Vec<PathBuf>,
-}
-
-/// The per-file bookkeeping while one file's documents are handled.
-struct FileCtx<'a> {
-    path: &'a Path,
-    cluster: ClusterId,
-    old: &'a LiteMap<Ident, Def>,
-    /// The winning definitions from before the rescan.
-    before: &'a Affected,
-    objects: BTreeMap<Ident, Def>,
-    problems: Vec<Problem>,
-}
-
-impl FileCtx<'_> {
-    /// Adds an object the file defines; `Err` says why not: an earlier
-    /// document of the file already defines it.
-    fn define(&mut self, ident: Ident, def: Def) -> Result<(), String> {
-        if let Some(first) = self.objects.get(&ident) {
-            return Err(format!(
-                "{ident} is defined again (first in document {})",
-                first.document
-            ));
-        }
-        self.objects.insert(ident, def);
-        Ok(())
-    }
-
-    /// Notes a problem with document `document`.
-    fn problem(&mut self, document: usize, reason: String) {
-        self.problems.push(Problem {
-            file: self.path.to_path_buf(),
-            document: Some(document),
-            reason,
-        });
-    }
-}
-
-/// What converting one typed document gave.
-enum Converted {
-    Object(ServiceKey, Object),
-    /// A valid object this source deliberately skips (named for the log).
-    Skipped(&'static str),
-}
-
 /// Reads a manifest directory and reports its objects as [`Change`]s, file by file.
 #[derive(Debug)]
 pub struct ManifestSource {
@@ -136,6 +47,8 @@ pub struct ManifestSource {
     strings: Strings,
     next_seq: u64,
     problems: Vec<Problem>,
+    /// The latest rescan could not read a folder or a file.
+    incomplete: bool,
     ignored_logged: HashSet<(PathBuf, String)>,
 }
 
@@ -148,6 +61,7 @@ impl ManifestSource {
             strings: Strings::default(),
             next_seq: 0,
             problems: Vec::new(),
+            incomplete: false,
             ignored_logged: HashSet::new(),
         }
     }
@@ -162,11 +76,19 @@ impl ManifestSource {
         self.problems.clone()
     }
 
+    /// Whether the latest rescan could not read a folder or a file (too many
+    /// open files, say): what it kept is the last good state, and a rescan
+    /// soon may read it.
+    pub fn incomplete(&self) -> bool {
+        self.incomplete
+    }
+
     /// Walks the directory, re-reads every file that is new, whose (len, mtime)
     /// changed or whose path is in `touched`, forgets files that are gone, and
     /// returns the Changes since the previous call (the first call returns everything).
     pub fn rescan(&mut self, touched: &HashSet<PathBuf>) -> Vec<Change> {
-        let walk = self.walk();
+        let walk = walk::walk(&self.dir);
+        self.incomplete = !walk.keep.is_empty();
         let mut affected = Affected::new();
         // Nothing was told before the first scan: every winner is new, and
         // noting each of the (many) objects as touched would only cost memory.
@@ -345,391 +267,6 @@ impl ManifestSource {
         }
         self.problems = current;
     }
-
-    /// Lists cluster folders and their manifest files, in sorted order.
-    fn walk(&self) -> Walk {
-        let mut walk = Walk::default();
-        let fail = |walk: &mut Walk, path: &Path, reason: String| {
-            walk.problems.push(Problem {
-                file: path.to_path_buf(),
-                document: None,
-                reason,
-            });
-            walk.keep.push(path.to_path_buf());
-        };
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) => {
-                fail(&mut walk, &self.dir, format!("cannot read directory: {e}"));
-                return walk;
-            }
-        };
-        let mut clusters = Vec::new();
-        for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => {
-                    fail(&mut walk, &self.dir, format!("cannot read directory: {e}"));
-                    continue;
-                }
-            };
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            match fs::metadata(&path) {
-                Ok(meta) if meta.is_dir() => clusters.push((name, path)),
-                Ok(_) => {
-                    tracing::debug!(file = %path.display(), "ignoring file outside cluster folders")
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => fail(&mut walk, &path, format!("cannot read: {e}")),
-            }
-        }
-        clusters.sort();
-
-        for (name, cluster_dir) in clusters {
-            if !is_valid_cluster_id(&name) {
-                walk.problems.push(Problem {
-                    file: cluster_dir,
-                    document: None,
-                    reason: format!(
-                        "folder name {name:?} is not a valid cluster id \
-                         (a lower-case RFC 1123 DNS subdomain of at most 2 labels); skipped"
-                    ),
-                });
-                continue;
-            }
-            let cluster: ClusterId = name.into();
-            let walker = WalkDir::new(&cluster_dir)
-                .follow_links(true)
-                .sort_by_file_name()
-                .min_depth(1)
-                .into_iter()
-                .filter_entry(|e| !e.file_name().to_string_lossy().starts_with('.'));
-            for entry in walker {
-                let entry = match entry {
-                    Ok(entry) => entry,
-                    Err(e) => {
-                        if e.io_error()
-                            .is_some_and(|e| e.kind() == io::ErrorKind::NotFound)
-                        {
-                            continue;
-                        }
-                        let path = e.path().unwrap_or(&cluster_dir).to_path_buf();
-                        fail(&mut walk, &path, format!("cannot read: {e}"));
-                        continue;
-                    }
-                };
-                if !entry.file_type().is_file() || !is_manifest(entry.path()) {
-                    continue;
-                }
-                match entry.metadata() {
-                    Ok(meta) => {
-                        walk.files
-                            .push((entry.into_path(), cluster.clone(), Stamp::of(&meta)));
-                    }
-                    Err(e)
-                        if e.io_error()
-                            .is_some_and(|e| e.kind() == io::ErrorKind::NotFound) => {}
-                    Err(e) => fail(&mut walk, entry.path(), format!("cannot read: {e}")),
-                }
-            }
-        }
-        walk
-    }
-
-    /// Takes in one file's pieces: parses the new ones' documents and keeps
-    /// the objects of the unchanged ones; on a file-level failure keeps `old`.
-    fn read_file(
-        &mut self,
-        (path, cluster, stamp): &(PathBuf, ClusterId, Stamp),
-        pieces: Result<Vec<ReadPiece>, String>,
-        old: FileState,
-        before: &Affected,
-        now: i64,
-    ) -> FileState {
-        let pieces = match pieces {
-            Ok(pieces) => pieces,
-            Err(reason) => {
-                return FileState {
-                    stamp: Some(*stamp),
-                    problems: vec![Problem {
-                        file: path.to_path_buf(),
-                        document: None,
-                        reason,
-                    }],
-                    ..old
-                };
-            }
-        };
-        // Where each old piece's documents were, and the objects of each document.
-        let mut old_pieces: HashMap<u64, (usize, u32)> = HashMap::new();
-        let mut first = 0;
-        for piece in old.pieces.iter() {
-            old_pieces
-                .entry(piece.hash)
-                .or_insert((first, piece.documents));
-            first += piece.documents as usize;
-        }
-        let mut by_document: BTreeMap<usize, Vec<(&Ident, &Def)>> = BTreeMap::new();
-        for (ident, def) in old.objects.iter() {
-            by_document
-                .entry(def.document as usize)
-                .or_default()
-                .push((ident, def));
-        }
-
-        let mut ctx = FileCtx {
-            path,
-            cluster: cluster.clone(),
-            old: &old.objects,
-            before,
-            objects: BTreeMap::new(),
-            problems: Vec::new(),
-        };
-        let mut kept = Pieces::default();
-        let mut doc = 0;
-        for ReadPiece { mut piece, values } in pieces {
-            match values {
-                Some(values) => {
-                    for value in values {
-                        doc += 1;
-                        self.document(&mut ctx, value, doc, None, now);
-                    }
-                }
-                None => {
-                    let (at, documents) = old_pieces[&piece.hash];
-                    piece.documents = documents;
-                    for (was, defs) in by_document.range(at + 1..=at + documents as usize) {
-                        for (ident, def) in defs {
-                            let document = doc + was - at;
-                            let def = Def {
-                                document: doc_number(document),
-                                ..(*def).clone()
-                            };
-                            if let Err(reason) = ctx.define((*ident).clone(), def) {
-                                ctx.problem(document, reason);
-                            }
-                        }
-                    }
-                    doc += documents as usize;
-                }
-            }
-            kept.push(piece);
-        }
-        kept.shrink_to_fit();
-        FileState {
-            stamp: Some(*stamp),
-            // Built as a tree (documents come in any order), kept as a sorted vector.
-            objects: ctx.objects.into_iter().collect(),
-            problems: ctx.problems,
-            pieces: kept,
-        }
-    }
-
-    /// Handles one document (or one item of a `List` document).
-    fn document(
-        &mut self,
-        ctx: &mut FileCtx<'_>,
-        value: Value,
-        doc: usize,
-        item: Option<usize>,
-        now: i64,
-    ) {
-        let problem = |ctx: &mut FileCtx<'_>, reason: String| {
-            let reason = match item {
-                Some(i) => format!("item {i}: {reason}"),
-                None => reason,
-            };
-            ctx.problem(doc, reason);
-        };
-        if value.is_null() {
-            return;
-        }
-        let Some(map) = value.as_object() else {
-            problem(ctx, "not a Kubernetes object (expected a mapping)".into());
-            return;
-        };
-        let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        let kind_name = map.get("kind").and_then(Value::as_str).unwrap_or("");
-        if api_version.is_empty() || kind_name.is_empty() {
-            problem(ctx, "missing apiVersion or kind".into());
-            return;
-        }
-        let kind = match (api_version, kind_name) {
-            ("v1", "List") => {
-                let Some(items) = map.get("items").and_then(Value::as_array) else {
-                    if !map.get("items").is_none_or(Value::is_null) {
-                        problem(ctx, "List items is not a sequence".into());
-                    }
-                    return;
-                };
-                for (i, item_value) in items.clone().into_iter().enumerate() {
-                    // Items of nested lists are numbered within their own list.
-                    self.document(ctx, item_value, doc, Some(i + 1), now);
-                }
-                return;
-            }
-            ("v1", "Namespace") => return,
-            ("v1", "Service") => Kind::Service,
-            ("discovery.k8s.io/v1", "EndpointSlice") => Kind::EndpointSlice,
-            (v, "ServiceExport")
-                if crd::VERSIONS
-                    .iter()
-                    .any(|ver| v == format!("{}/{ver}", crd::GROUP)) =>
-            {
-                Kind::ServiceExport
-            }
-            _ => {
-                let label = format!("{api_version} {kind_name}");
-                self.log_ignored(ctx.path, label);
-                return;
-            }
-        };
-        let ident = read_ident(&ctx.cluster, kind, map, &mut self.strings);
-        match self.convert(kind, value, ident.as_ref(), ctx, now) {
-            Ok(Converted::Object(key, object)) => {
-                let service =
-                    (kind == Kind::EndpointSlice).then(|| shared(&mut self.strings, &key.name));
-                let Some(ident) = ident else {
-                    // Conversion requires a name, so this does not happen.
-                    problem(ctx, format!("{} without a name", kind.as_str()));
-                    return;
-                };
-                let def = Def {
-                    object,
-                    service,
-                    document: doc_number(doc),
-                };
-                if let Err(reason) = ctx.define(ident, def) {
-                    problem(ctx, reason);
-                }
-            }
-            Ok(Converted::Skipped(label)) => self.log_ignored(ctx.path, label.to_owned()),
-            Err(reason) => {
-                problem(ctx, reason);
-                if let Some(ident) = ident
-                    && !ctx.objects.contains_key(&ident)
-                    && let Some(prev) = ctx.old.get(&ident)
-                {
-                    let mut prev = prev.clone();
-                    prev.document = doc_number(doc);
-                    ctx.objects.insert(ident, prev);
-                }
-            }
-        }
-    }
-
-    /// Deserializes a document into its typed object and converts it.
-    fn convert(
-        &mut self,
-        kind: Kind,
-        value: Value,
-        ident: Option<&Ident>,
-        ctx: &FileCtx<'_>,
-        now: i64,
-    ) -> Result<Converted, String> {
-        let typed_err = |e: serde_json::Error| match ident {
-            Some(ident) => format!("{ident}: {e}"),
-            None => format!("{}: {e}", kind.as_str()),
-        };
-        let converted = match kind {
-            Kind::Service => {
-                let svc: Service = serde_json::from_value(value).map_err(typed_err)?;
-                convert::service(&svc)
-            }
-            Kind::EndpointSlice => {
-                let slice: EndpointSlice = serde_json::from_value(value).map_err(typed_err)?;
-                if convert::is_imported_slice(&slice) {
-                    return Ok(Converted::Skipped("EndpointSlice of a multicluster import"));
-                }
-                convert::endpoint_slice(&slice)
-            }
-            Kind::ServiceExport => {
-                let export: crd::v1alpha1::ServiceExport =
-                    serde_json::from_value(value).map_err(typed_err)?;
-                let observed = self.export_age(ctx, ident, now);
-                convert::service_export(&export, observed)
-            }
-        };
-        converted
-            .map(|(key, object)| Converted::Object(key, object))
-            .map_err(|e| e.to_string())
-    }
-
-    /// The age of an export: the one it had before (in this file's previous
-    /// read, or where it won before the rescan or still wins), else a new one.
-    fn export_age(&mut self, ctx: &FileCtx<'_>, ident: Option<&Ident>, now: i64) -> ExportAge {
-        let Some(ident) = ident else {
-            return ExportAge {
-                created: now,
-                seq: 0,
-            };
-        };
-        let before = ctx
-            .old
-            .get(ident)
-            .map(|d| &d.object)
-            .or_else(|| ctx.before.get(ident)?.as_ref().map(|(_, o)| o))
-            .or_else(|| self.files.winner(ident).map(|d| &d.object));
-        if let Some(Object::Export(export)) = before {
-            return export.age;
-        }
-        self.next_seq += 1;
-        ExportAge {
-            created: now,
-            seq: self.next_seq,
-        }
-    }
-
-    /// Logs one line per file and ignored kind.
-    fn log_ignored(&mut self, path: &Path, label: String) {
-        let key = (path.to_path_buf(), label);
-        if !self.ignored_logged.contains(&key) {
-            tracing::info!(file = %path.display(), "ignoring {} objects", key.1);
-            self.ignored_logged.insert(key);
-        }
-    }
-}
-
-/// Reads the identity of an object from its raw document, when it is readable.
-fn read_ident(
-    cluster: &ClusterId,
-    kind: Kind,
-    map: &Map<String, Value>,
-    strings: &mut Strings,
-) -> Option<Ident> {
-    let meta = map.get("metadata")?;
-    let name = meta.get("name")?.as_str().filter(|n| !n.is_empty())?;
-    let namespace = match meta.get("namespace") {
-        None | Some(Value::Null) => convert::DEFAULT_NAMESPACE,
-        Some(ns) => match ns.as_str()? {
-            "" => convert::DEFAULT_NAMESPACE,
-            ns => ns,
-        },
-    };
-    Some(Ident {
-        cluster: cluster.clone(),
-        kind,
-        namespace: shared(strings, namespace),
-        name: shared(strings, name),
-    })
-}
-
-/// `*.yaml`, `*.yml` or `*.json`.
-fn is_manifest(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml" | "json")
-    )
-}
-
-/// Parses a file into its documents (`Err` when the file as a whole is unusable).
-/// A document number as a definition keeps it.
-fn doc_number(doc: usize) -> u32 {
-    u32::try_from(doc).unwrap_or(u32::MAX)
 }
 
 /// Seconds since the Unix epoch.
@@ -752,7 +289,9 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
 mod tests {
     use super::*;
 
-    use crate::model::ServiceKind;
+    use std::fs;
+
+    use crate::model::{ExportAge, ServiceKind};
 
     fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
         let path = root.join(rel);

@@ -70,6 +70,26 @@ pub struct ReadPiece {
     pub values: Option<Vec<Value>>,
 }
 
+/// Why a file's documents could not be had.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileError {
+    /// What went wrong, for the problem list.
+    pub reason: String,
+    /// The file could not be read (too many open files, a permission, an
+    /// I/O error): it may read fine in a moment, so it is tried again soon.
+    /// False when its text is what is wrong.
+    pub unreadable: bool,
+}
+
+impl FileError {
+    fn invalid(reason: String) -> Self {
+        Self {
+            reason,
+            unreadable: false,
+        }
+    }
+}
+
 /// What a file's pieces may reuse: hashes of unchanged pieces not to parse.
 pub type Reusable = std::collections::HashSet<u64, foldhash::fast::FixedState>;
 
@@ -78,7 +98,7 @@ pub type Reusable = std::collections::HashSet<u64, foldhash::fast::FixedState>;
 pub fn read_all(
     files: &[(&Path, &Reusable)],
     threads: usize,
-) -> Vec<Result<Vec<ReadPiece>, String>> {
+) -> Vec<Result<Vec<ReadPiece>, FileError>> {
     if let [(path, reusable)] = files {
         return vec![read(path, reusable, threads)];
     }
@@ -107,13 +127,17 @@ fn on_threads<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R
 /// Reads one file: JSON (one value, or several in a row, as one piece) or
 /// multi-document YAML, piece by piece. YAML goes through serde_yaml_ng,
 /// about three times faster than serde-saphyr on large `kubectl` dumps.
-pub fn read(path: &Path, reusable: &Reusable, threads: usize) -> Result<Vec<ReadPiece>, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+pub fn read(path: &Path, reusable: &Reusable, threads: usize) -> Result<Vec<ReadPiece>, FileError> {
+    let text = fs::read_to_string(path).map_err(|e| FileError {
+        reason: format!("cannot read: {e}"),
+        // Not UTF-8: the text is wrong, reading again will not help.
+        unreadable: e.kind() != std::io::ErrorKind::InvalidData,
+    })?;
     if path.extension().is_some_and(|e| e == "json") {
         let values = serde_json::Deserializer::from_str(&text)
             .into_iter::<Value>()
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("invalid JSON: {e}"))?;
+            .map_err(|e| FileError::invalid(format!("invalid JSON: {e}")))?;
         return Ok(vec![parsed(&text, values)]);
     }
     let pieces = split(&text);
@@ -140,7 +164,10 @@ pub fn read(path: &Path, reusable: &Reusable, threads: usize) -> Result<Vec<Read
     // A piece that does not parse alone (a directive before the first
     // marker, or a real error): parse the whole text, whose line numbers are
     // the file's, as one piece.
-    read.or_else(|_| Ok(vec![parsed(&text, parse_yaml(&text)?)]))
+    read.or_else(|_| {
+        let values = parse_yaml(&text).map_err(FileError::invalid)?;
+        Ok(vec![parsed(&text, values)])
+    })
 }
 
 fn parsed(text: &str, values: Vec<Value>) -> ReadPiece {
@@ -241,7 +268,7 @@ mod tests {
             "---\n----\n"
         );
 
-        let (_dir, path) = file(&text);
+        let (dir, path) = file(&text);
         for threads in [1, 2] {
             let read = read(&path, &none(), threads).unwrap();
             assert_eq!(values(&read), whole);
@@ -257,9 +284,12 @@ mod tests {
         fs::write(&path, format!("{text}---\nkind: [unclosed\n")).unwrap();
         let error = read(&path, &none(), 2).unwrap_err();
         assert!(
-            error.contains(&format!("line {}", 1 + 4000 * 9 + 2)),
-            "{error}"
+            error.reason.contains(&format!("line {}", 1 + 4000 * 9 + 2)) && !error.unreadable,
+            "{error:?}"
         );
+        // A file that is not there (any more) may be readable later.
+        let missing = read(&dir.path().join("gone.yaml"), &none(), 1).unwrap_err();
+        assert!(missing.unreadable, "{missing:?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::manifests::{ManifestSource, Problem};
+use super::{ManifestSource, Problem};
 use crate::model::Change;
 
 /// Quiet time after the last event before rescanning.
@@ -22,6 +22,9 @@ const DEBOUNCE: Duration = Duration::from_millis(25);
 pub const RESYNC: Duration = Duration::from_secs(30);
 /// Longest delay between the first event of a burst and its rescan.
 const MAX_DELAY: Duration = Duration::from_millis(500);
+/// First and longest wait before a rescan that could not read everything is
+/// tried again (the wait doubles in between).
+const RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// Keeps the watcher alive; dropping it stops watching (the rescan thread ends soon after).
 pub struct WatchHandle {
@@ -81,9 +84,20 @@ fn run(
     problems: Arc<Mutex<Vec<Problem>>>,
 ) {
     let mut touched = HashSet::new();
+    let mut retry = RETRY.0;
     loop {
         let changes = source.rescan(&touched);
         touched.clear();
+        // A folder or file that could not be read is tried again soon rather
+        // than at the next resync; the wait grows while it stays unreadable.
+        let wait = if source.incomplete() {
+            let wait = retry;
+            retry = (retry * 2).min(RETRY.1);
+            wait
+        } else {
+            retry = RETRY.0;
+            RESYNC
+        };
         *problems.lock().unwrap_or_else(PoisonError::into_inner) = source.problems();
         // Every batch, even empty, tells the receiver a sync completed.
         if tx.blocking_send(changes).is_err() {
@@ -92,7 +106,7 @@ fn run(
 
         // Wait for a relevant event (or the periodic resync), then for the burst to settle.
         loop {
-            match events.recv_timeout(RESYNC) {
+            match events.recv_timeout(wait) {
                 Ok(event) => {
                     if note(event, &mut touched) {
                         break;

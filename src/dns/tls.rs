@@ -1,0 +1,152 @@
+//! DNS over TLS (RFC 7858): after the handshake a connection is served like
+//! DNS over TCP (§3.3: same two-byte framing), by the TCP accept loop and
+//! connection handler, so both share their limits and timeouts.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use rustls::ServerConfig;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::certificates::Certificates;
+use super::tcp;
+use super::tcp_limits::{Connections, TcpLimits};
+use crate::cli::TlsArgs;
+use crate::index::Index;
+use crate::metrics::{Metrics, TlsMetrics};
+
+/// A bound DNS over TLS listener with its certificate loaded.
+pub struct TlsListener {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    certificates: Arc<Certificates>,
+}
+
+impl TlsListener {
+    /// Loads the certificate and key and binds `--tls-listen`; None when DNS
+    /// over TLS is off. An error names the flag or file at fault.
+    pub async fn bind(args: &TlsArgs) -> anyhow::Result<Option<Self>> {
+        let Some((listen, certificates, config)) = load(args)? else {
+            return Ok(None);
+        };
+        let listener = TcpListener::bind(listen).await.with_context(|| {
+            format!("cannot listen for DNS over TLS on {listen} (--tls-listen)")
+        })?;
+        Ok(Some(Self {
+            listener,
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            certificates,
+        }))
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Answers DNS over TLS within `limits` (counted apart from plain TCP)
+    /// and reloads the certificate when its files change, until `shutdown`;
+    /// then lets open connections finish their query.
+    pub async fn serve(
+        self,
+        index: Arc<Index>,
+        metrics: Arc<Metrics>,
+        limits: TcpLimits,
+        shutdown: CancellationToken,
+    ) {
+        let reload = self.certificates.follow(metrics.clone(), shutdown.clone());
+        let idle = limits.idle_timeout;
+        let shared = Arc::new(tcp::Shared {
+            index,
+            recorder: Mutex::new(metrics.dns.recorder("tls")),
+            metrics: metrics.dns.tcp.clone(),
+            connections: Connections::new(limits),
+        });
+        let (connections, tcp_metrics) = (shared.connections.clone(), shared.metrics.clone());
+        let acceptor = self.acceptor;
+        let stop = shutdown.clone();
+        let accept = tcp::accept(
+            self.listener,
+            &connections,
+            &tcp_metrics,
+            shutdown.clone(),
+            move |stream, peer| {
+                let (acceptor, shared) = (acceptor.clone(), shared.clone());
+                let (metrics, shutdown) = (metrics.clone(), stop.clone());
+                async move {
+                    if let Some(stream) =
+                        handshake(&acceptor, stream, peer, idle, &metrics.tls, &shutdown).await
+                    {
+                        tcp::connection(stream, peer, &shared, &shutdown, true).await;
+                    }
+                }
+            },
+        );
+        tokio::join!(reload, accept);
+    }
+}
+
+/// Checks the DNS over TLS flags and reads the certificate and key as
+/// `serve` would, without binding.
+pub fn check(args: &TlsArgs) -> anyhow::Result<()> {
+    load(args).map(drop)
+}
+
+/// The address, certificates and TLS settings the flags ask for; None when
+/// `--tls-listen` is not given.
+fn load(args: &TlsArgs) -> anyhow::Result<Option<(SocketAddr, Arc<Certificates>, ServerConfig)>> {
+    let Some(listen) = args.tls_listen else {
+        return Ok(None);
+    };
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        anyhow::bail!("--tls-listen needs --tls-cert and --tls-key");
+    };
+    // rustls on ring, as kube's client already uses.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certificates = Arc::new(Certificates::load(cert, key, provider.clone())?);
+    // No ALPN: RFC 7858 does not use it, and a client offering one is still served.
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("the TLS provider offers no safe protocol version")?
+        .with_no_client_auth()
+        .with_cert_resolver(certificates.clone());
+    Ok(Some((listen, certificates, config)))
+}
+
+/// The TLS handshake, bounded like an idle TCP connection (`idle`) and cut
+/// short by `shutdown`; counted, logged only at debug (it is per connection).
+async fn handshake(
+    acceptor: &TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    idle: Duration,
+    metrics: &TlsMetrics,
+    shutdown: &CancellationToken,
+) -> Option<TlsStream<TcpStream>> {
+    let result = tokio::select! {
+        result = tokio::time::timeout(idle, acceptor.accept(stream)) => result,
+        () = shutdown.cancelled() => return None,
+    };
+    match result {
+        Ok(Ok(stream)) => {
+            metrics.handshakes.inc();
+            Some(stream)
+        }
+        Ok(Err(error)) => {
+            metrics.handshake_failures.inc();
+            debug!(%error, %peer, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            metrics.handshake_failures.inc();
+            debug!(%peer, "TLS handshake timed out");
+            None
+        }
+    }
+}
