@@ -77,12 +77,19 @@ impl Drop for Daemon {
     }
 }
 
-/// Whether `program` is installed (PATH or an sbin directory).
-fn installed(program: &str) -> bool {
+/// Where `program` is installed: PATH, or an sbin directory (daemons live
+/// there, and a non-root PATH may lack it).
+fn installed(program: &str) -> Option<PathBuf> {
     let dirs = std::env::var("PATH").unwrap_or_default();
     dirs.split(':')
         .chain(["/usr/sbin", "/sbin"])
-        .any(|dir| Path::new(dir).join(program).is_file())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|path| path.is_file())
+}
+
+/// A command running the installed `program`.
+fn program(name: &str) -> Command {
+    Command::new(installed(name).unwrap_or_else(|| name.into()))
 }
 
 /// Skips a test with a loud message, unless `CI` is set: then it fails.
@@ -113,7 +120,7 @@ where
             commands.push(vec!["addr", "add", address, "dev", "lo"]);
         }
         for args in commands {
-            let status = Command::new("ip").args(&args).status();
+            let status = program("ip").args(&args).status();
             assert!(
                 status.as_ref().is_ok_and(|s| s.success()),
                 "ip {args:?}: {status:?}"
@@ -371,7 +378,7 @@ impl Expect {
 /// Runs a resolver test: skipped without `programs`; in a namespace, starts
 /// the server, then the resolver `start` returns, and asks every kind of name.
 fn resolver_test(programs: &[&'static str], start: fn(&Path) -> Daemon) {
-    if let Some(missing) = programs.iter().find(|p| !installed(p)) {
+    if let Some(missing) = programs.iter().find(|p| installed(p).is_none()) {
         return skip(&format!("{missing} is not installed"));
     }
     in_namespace(move || async move {
@@ -397,11 +404,7 @@ fn unbound(dir: &Path, extra: &str, stub: &str) -> Daemon {
         dir = dir.display()
     );
     fs::write(&config, text).expect("unbound.conf written");
-    Daemon::spawn(
-        "unbound",
-        Command::new("unbound").arg("-c").arg(&config),
-        dir,
-    )
+    Daemon::spawn("unbound", program("unbound").arg("-c").arg(&config), dir)
 }
 
 /// unbound with its defaults (relaxed QNAME minimisation, no stub priming).
@@ -447,7 +450,7 @@ fn named(dir: &Path, zone: &str) -> Daemon {
     fs::write(&config, text).expect("named.conf written");
     Daemon::spawn(
         "named",
-        Command::new("named").arg("-g").arg("-c").arg(&config),
+        program("named").arg("-g").arg("-c").arg(&config),
         dir,
     )
 }
@@ -486,7 +489,7 @@ fn dnsdist() {
         fs::write(&config, text).expect("dnsdist.conf written");
         Daemon::spawn(
             "dnsdist",
-            Command::new("dnsdist")
+            program("dnsdist")
                 .args(["--supervised", "--disable-syslog", "-C"])
                 .arg(&config),
             dir,
@@ -501,7 +504,7 @@ fn powerdns_recursor_forward_zones() {
     resolver_test(&["pdns_recursor", "ip"], |dir| {
         Daemon::spawn(
             "pdns_recursor",
-            Command::new("pdns_recursor")
+            program("pdns_recursor")
                 .args([
                     "--local-address=127.0.0.1",
                     "--local-port=53",
@@ -530,11 +533,7 @@ fn knot_resolver_stub() {
         fs::write(&config, text).expect("kresd.lua written");
         Daemon::spawn(
             "kresd",
-            Command::new("kresd")
-                .arg("-n")
-                .arg("-c")
-                .arg(&config)
-                .arg(dir),
+            program("kresd").arg("-n").arg("-c").arg(&config).arg(dir),
             dir,
         )
     });

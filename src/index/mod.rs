@@ -494,6 +494,29 @@ mod tests {
         ));
     }
 
+    /// RFC 1034 §4.2.1: the NS target exists; its A/AAAA records are the
+    /// configured addresses, NODATA (no records, not NXDOMAIN) without any.
+    #[test]
+    fn the_ns_target_answers_its_addresses_or_nodata() {
+        let ns = Name::from_str("ns.dns.clusterset.local.").unwrap();
+        let owner = find(&demo_index(false), "NS.dns.clusterset.local.").expect("it exists");
+        assert!(
+            demo_index(false)
+                .records(&owner, &ns, RecordType::A)
+                .is_empty()
+        );
+        let addresses = vec!["10.96.0.53".parse().unwrap(), "fd00::53".parse().unwrap()];
+        let index = demo_index(false).with_nameserver_addresses(addresses);
+        let data = |rtype| -> Vec<String> {
+            let records = index.records(&Owner::NameServer, &ns, rtype);
+            records.iter().map(|r| r.data.to_string()).collect()
+        };
+        assert_eq!(data(RecordType::A), ["10.96.0.53"]);
+        assert_eq!(data(RecordType::AAAA), ["fd00::53"]);
+        assert_eq!(data(RecordType::ANY).len(), 2);
+        assert!(data(RecordType::TXT).is_empty());
+    }
+
     #[test]
     fn names_under_services() {
         let index = demo_index(false);
