@@ -9,10 +9,11 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use hickory_proto::rr::Name;
-use ipnet::{Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::engine::EngineSettings;
 use crate::engine::vip::VipPools;
+use crate::index::ReverseZone;
 use crate::model::IpFamily;
 
 /// Multi-Cluster Services reconciler and authoritative DNS for clusterset.local.
@@ -163,6 +164,28 @@ pub struct ServeArgs {
     /// TCP limits (RFC 7766 §6.2.3, §10).
     #[command(flatten)]
     pub tcp: TcpArgs,
+    /// Allow zone transfers (AXFR, IXFR over TCP) from this network;
+    /// repeatable; others get REFUSED.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',',
+          default_values = ["127.0.0.0/8", "::1/128"], value_name = "CIDR",
+          help_heading = "Zone transfer")]
+    pub transfer_allow: Vec<IpNet>,
+    /// Send a NOTIFY to this secondary after each change (debounced, retried
+    /// until acknowledged); repeatable.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',', value_name = "ADDR:PORT",
+          help_heading = "Zone transfer")]
+    pub notify: Vec<SocketAddr>,
+    /// Answer PTR queries in this reverse zone (`243.in-addr.arpa`, nibble
+    /// `ip6.arpa` zones); repeatable.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',', value_name = "ZONE",
+          value_parser = ReverseZone::parse, help_heading = "Reverse lookups")]
+    pub reverse_zone: Vec<ReverseZone>,
+    /// Also serve the reverse zones of the VIP pools (each rounded down to
+    /// whole octets or nibbles). `--reverse-vip-pools` alone means `=true`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = false, default_missing_value = "true", value_name = "BOOL",
+          help_heading = "Reverse lookups")]
+    pub reverse_vip_pools: bool,
     /// Kubernetes mode.
     #[command(flatten)]
     pub kubernetes: KubernetesArgs,
@@ -252,6 +275,11 @@ pub struct KubernetesArgs {
     /// Seconds a leader Lease lasts without renewal.
     #[arg(long, default_value_t = 15, value_name = "SECONDS")]
     pub lease_duration: u64,
+    /// Seconds after which a cluster whose heartbeat on the broker has not
+    /// changed is dead: its endpoints leave every answer until it returns
+    /// (renewed every quarter of it; keep it above `--lease-duration`).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub cluster_timeout: u64,
     /// This replica's name in the Lease [default: `$POD_NAME` or the host name, plus a random suffix].
     #[arg(long, value_name = "NAME")]
     pub identity: Option<String>,
@@ -286,6 +314,27 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value = "text")]
     pub output: Format,
+}
+
+impl ServeArgs {
+    /// The reverse zones to serve: those named, then those of the VIP pools.
+    pub fn reverse_zones(&self) -> Vec<ReverseZone> {
+        let pools = [
+            IpNet::V4(self.clusterset.vip_pool_v4),
+            IpNet::V6(self.clusterset.vip_pool_v6),
+        ];
+        let derived = pools
+            .into_iter()
+            .filter(|_| self.reverse_vip_pools)
+            .map(ReverseZone::covering);
+        let mut zones: Vec<ReverseZone> = Vec::new();
+        for zone in self.reverse_zone.iter().cloned().chain(derived) {
+            if !zones.contains(&zone) {
+                zones.push(zone);
+            }
+        }
+        zones
+    }
 }
 
 impl Default for ServeArgs {

@@ -460,9 +460,28 @@ pub fn check(args: &ServeArgs) -> CheckReport {
         stats.endpoints,
     );
     CheckReport {
-        summary,
+        summary: summary + &transfer_summary(args),
         problems: source.problems().iter().map(ToString::to_string).collect(),
     }
+}
+
+/// What `check` says of zone transfers, NOTIFY and reverse zones.
+fn transfer_summary(args: &ServeArgs) -> String {
+    format!(
+        "zone transfers allowed from {}; NOTIFY to {}; reverse zones {}\n",
+        listed(&args.transfer_allow),
+        listed(&args.notify),
+        listed(&args.reverse_zones()),
+    )
+}
+
+/// `a, b, c`, or `none`.
+fn listed<T: ToString>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".to_owned();
+    }
+    let items: Vec<String> = items.iter().map(ToString::to_string).collect();
+    items.join(", ")
 }
 
 #[cfg(test)]
@@ -545,6 +564,30 @@ mod tests {
         assert!(!args.cluster_targeting);
         assert_eq!(inv.cli.log_level.as_deref(), Some("warn"));
         assert!(inv.log_level_on_command_line);
+    }
+
+    #[test]
+    fn transfer_and_reverse_keys_take_lists() {
+        let file = "transfer-allow: [10.0.0.0/8, fd00::/8]\nnotify: [127.0.0.1:5301]\nreverse-zone: 243.in-addr.arpa\nreverse-vip-pools: true\n";
+        let inv = parse_with(file, &["serve", "--config", "FILE"]).unwrap();
+        let args = serve(&inv);
+        assert_eq!(args.transfer_allow.len(), 2);
+        assert_eq!(args.notify, vec!["127.0.0.1:5301".parse().unwrap()]);
+        let zones: Vec<String> = args.reverse_zones().iter().map(|z| z.to_string()).collect();
+        assert_eq!(
+            zones,
+            ["243.in-addr.arpa.", "0.0.0.0.7.e.5.c.0.0.d.f.ip6.arpa."],
+            "the v4 pool's zone is named once"
+        );
+        let err = parse_with(
+            "reverse-zone: [example.org]\n",
+            &["serve", "--config", "FILE"],
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("reverse-zone: invalid value [\"example.org\"]: \"example.org\" is not a reverse zone"),
+            "{err}"
+        );
     }
 
     #[test]

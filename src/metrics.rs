@@ -53,6 +53,9 @@ pub struct Metrics {
     watch_errors: IntCounterVec,
     api_writes: IntCounterVec,
     leader: IntGauge,
+    transfers: IntCounterVec,
+    notifies: IntCounterVec,
+    cluster_live: IntGaugeVec,
 }
 
 /// Requests, responses and durations of DNS queries.
@@ -255,8 +258,48 @@ impl Metrics {
                     "1 while this replica holds the leader Lease (and writes), else 0.",
                 )),
             ),
+            transfers: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "zone_transfers_total",
+                        "Zone transfer requests by type (AXFR, IXFR) and result (full, current: the SOA alone, refused: address not allowed, notauth: not a zone apex, servfail: not loaded yet).",
+                    ),
+                    &["type", "result"],
+                ),
+            ),
+            notifies: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "notifies_total",
+                        "NOTIFY messages to secondaries by result (sent, acknowledged, rejected: answered with an error code, malformed: a response that did not decode or match).",
+                    ),
+                    &["result"],
+                ),
+            ),
+            cluster_live: register(
+                &registry,
+                IntGaugeVec::new(
+                    opts(
+                        "cluster_live",
+                        "1 while a cluster's heartbeat on the broker is current, 0 once it is older than --cluster-timeout (its endpoints are then left out).",
+                    ),
+                    &["cluster"],
+                ),
+            ),
             registry,
         }
+    }
+
+    /// Counts a zone transfer request.
+    pub fn zone_transfer(&self, kind: &str, result: &str) {
+        self.transfers.with_label_values(&[kind, result]).inc();
+    }
+
+    /// Counts a NOTIFY event.
+    pub fn notify(&self, result: &str) {
+        self.notifies.with_label_values(&[result]).inc();
     }
 
     /// Records one reconcile and refreshes the clusterset gauges from the engine.
@@ -327,6 +370,13 @@ impl Metrics {
     /// Records whether this replica leads.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// Records whether another cluster's heartbeat is current.
+    pub fn set_cluster_live(&self, cluster: &str, live: bool) {
+        self.cluster_live
+            .with_label_values(&[cluster])
+            .set(i64::from(live));
     }
 
     /// The longest time since any source synced (None before any sync).

@@ -328,18 +328,30 @@ pub enum Change {
     /// The clusterset agreed on these VIPs for the service (Kubernetes mode:
     /// read from the broker; empty: none yet, or released).
     Vips(ServiceKey, Vec<IpAddr>),
+    /// Whether a cluster's heartbeat is current (Kubernetes mode: its Lease on
+    /// the broker). A cluster never reported is live; a dead one keeps its
+    /// exports but backs no import (see `engine::liveness`).
+    Live(ClusterId, bool),
+    /// The local cluster has this namespace (true) or not (Kubernetes mode:
+    /// an import is served only where its namespace exists, KEP-1645
+    /// "Namespace sameness").
+    Namespace(Arc<str>, bool),
 }
 
 impl Change {
-    /// The service this change touches.
-    pub fn service(&self) -> &ServiceKey {
+    /// The one service this change touches (`None`: a cluster's liveness or a
+    /// namespace, which touch every service of the cluster or namespace).
+    pub fn service(&self) -> Option<&ServiceKey> {
         match self {
-            Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => key,
+            Change::Upsert(_, key, _) | Change::Delete(_, key, _) | Change::Vips(key, _) => {
+                Some(key)
+            }
+            Change::Live(..) | Change::Namespace(..) => None,
         }
     }
 
     /// The change that undoes this one's fact: the delete of an upserted
-    /// object, no VIPs for VIPs; `None` for a delete.
+    /// object, no VIPs for VIPs, live for a liveness; `None` for a delete.
     pub fn retraction(&self) -> Option<Change> {
         match self {
             Change::Upsert(cluster, key, object) => Some(Change::Delete(
@@ -348,7 +360,9 @@ impl Change {
                 object.reference(),
             )),
             Change::Vips(key, _) => Some(Change::Vips(key.clone(), Vec::new())),
-            Change::Delete(..) => None,
+            Change::Live(cluster, _) => Some(Change::Live(cluster.clone(), true)),
+            Change::Namespace(name, true) => Some(Change::Namespace(name.clone(), false)),
+            Change::Delete(..) | Change::Namespace(_, false) => None,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
-use crate::dns::{DnsServer, TcpLimits, TlsListener};
+use crate::dns::{DnsServer, TcpLimits, TlsListener, TransferPolicy, notify};
 use crate::engine::Engine;
 use crate::http::{self, Health};
 use crate::index::Index;
@@ -191,9 +191,10 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             args.zone.clone(),
             args.ttl,
             args.cluster_targeting,
-            unix_serial(),
+            crate::index::serial::now(),
         )
-        .with_nameserver_addresses(nameservers.clone()),
+        .with_nameserver_addresses(nameservers.clone())
+        .with_reverse_zones(args.reverse_zones()),
     );
     let metrics = Arc::new(Metrics::new());
     let tls = TlsListener::bind(&args.tls).await?;
@@ -205,6 +206,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         limits.clone(),
         index.clone(),
         metrics.clone(),
+        TransferPolicy::new(args.transfer_allow.clone(), metrics.clone()),
     )
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -225,6 +227,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         index: index.clone(),
         metrics,
     };
+    let notifier = notify::run(
+        index.clone(),
+        args.notify.clone(),
+        outputs.metrics.clone(),
+        shutdown.clone(),
+    );
     let mut reconcile: Task = match connection {
         None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
         Some(connection) => Box::pin(kubernetes::follow(
@@ -257,6 +265,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 dns.await
             }
             failed = operations => failed,
+            never = notifier => match never {},
         }
     });
     Ok(Running {
@@ -358,13 +367,4 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     running.shutdown(SHUTDOWN_GRACE).await?;
     info!("stopped");
     Ok(())
-}
-
-/// A SOA serial that grows across restarts: seconds since the epoch.
-fn unix_serial() -> u32 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    u32::try_from(secs).unwrap_or(u32::MAX)
 }

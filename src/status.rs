@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::cli::{Format, StatusArgs};
 use crate::engine::conditions::{CONFLICT, Condition, READY, VALID};
+use crate::engine::ports::port_text;
 use crate::engine::{ExportStatus, Import};
 use crate::model::ServiceKey;
 use crate::serve::Reconciler;
@@ -104,14 +105,16 @@ fn text(report: &Report<'_>) -> String {
             i.type_.as_str().to_owned(),
             list(i.ip_families.iter()),
             list(i.vips.iter()),
-            list(i.ports.iter().map(|p| {
-                let proto = p.protocol.as_deref().unwrap_or("TCP");
-                match &p.name {
-                    Some(n) => format!("{n}:{}/{proto}", p.port),
-                    None => format!("{}/{proto}", p.port),
+            list(i.ports.iter().map(port_text)),
+            // A cluster backing only some of the ports lists those it backs.
+            list(i.clusters.iter().map(|c| {
+                if c.ports.len() == i.ports.len() {
+                    c.cluster.to_string()
+                } else {
+                    let backed: Vec<String> = c.ports.iter().map(port_text).collect();
+                    format!("{}({})", c.cluster, backed.join(" "))
                 }
             })),
-            list(i.clusters.iter().map(|c| &c.cluster)),
             i.clusters
                 .iter()
                 .map(|c| c.endpoints.len())

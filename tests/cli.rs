@@ -69,12 +69,26 @@ fn status_prints_the_demo_imports_and_exports() {
             "True",
             "(PortConflict)",
         ],
+        // KEP-1645: every export of a conflicted service, the oldest included.
+        &[
+            "shop",
+            "cart",
+            "east",
+            "True",
+            "True",
+            "True",
+            "(PortConflict)",
+        ],
     ] {
         assert!(
             has_row(&rows, prefix),
             "no row starting {prefix:?} in\n{text}"
         );
     }
+    assert!(
+        text.contains(" east(http:8080/TCP),west(metrics:9100/TCP) "),
+        "each cluster of cart backs only the ports it defines as the import does:\n{text}"
+    );
     assert!(
         !has_row(&rows, &["shop", "legacy", "ClusterSetIP"]),
         "legacy is not imported:\n{text}"

@@ -640,6 +640,45 @@ async fn patches_and_status_subresource() {
     );
 }
 
+/// Like Kubernetes' garbage collector: deleting an owner deletes the objects
+/// whose `ownerReferences` name its uid, and no others.
+#[tokio::test]
+async fn deleting_an_owner_deletes_its_dependents() {
+    let server = FakeApiServer::start().await;
+    let services: Api<Service> = Api::namespaced(server.client(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(server.client(), "default");
+    let owner = services
+        .create(&PostParams::default(), &service("web", &[]))
+        .await
+        .unwrap();
+    let mut owned = slice("owned", "10.0.0.1");
+    owned.metadata.owner_references = Some(vec![owner.owner_ref(&()).unwrap()]);
+    let mut other = slice("other", "10.0.0.2");
+    other.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            uid: "someone-else".into(),
+            ..owner.owner_ref(&()).unwrap()
+        },
+    ]);
+    for s in [owned, other, slice("free", "10.0.0.3")] {
+        slices.create(&PostParams::default(), &s).await.unwrap();
+    }
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut left: Vec<String> = slices
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["free", "other"]);
+}
+
 #[tokio::test]
 async fn finalizers_delay_deletion() {
     let server = FakeApiServer::start().await;

@@ -212,19 +212,13 @@ async fn headless_endpoints_are_served_and_mirrored_then_cleaned_up() {
         vec!["10.1.0.1".to_owned(), "10.1.0.2".to_owned()],
     );
     let west_slice = ("west".to_owned(), vec!["10.3.0.1".to_owned()]);
-    // Each member mirrors the other clusters' endpoints (not-ready ones too), never its own.
-    for (id, expected) in [
-        (
-            "north",
-            BTreeSet::from([east_slice.clone(), west_slice.clone()]),
-        ),
-        ("east", BTreeSet::from([west_slice.clone()])),
-        ("west", BTreeSet::from([east_slice.clone()])),
-    ] {
+    // Each member has every exporting cluster's endpoints (not-ready ones
+    // too), its own included (KEP-1645).
+    for id in ALL {
         eventually_within(
             CONVERGE,
             &format!("MCS slices in {id}"),
-            expected,
+            BTreeSet::from([east_slice.clone(), west_slice.clone()]),
             || async { set.mcs_slices(id, "shop", "db") },
         )
         .await;
@@ -310,10 +304,8 @@ async fn ports_are_merged_and_differences_are_port_conflicts() {
         ],
     )
     .await;
-    assert!(
-        set.export_message("west", "shop", "web", "Conflict")
-            .contains("east")
-    );
+    // KEP-1645: the oldest export is in conflict too (upstream conformance
+    // checks it first), and each message names the clusters involved.
     conditions_become(
         &set,
         "east",
@@ -323,10 +315,18 @@ async fn ports_are_merged_and_differences_are_port_conflicts() {
         &[
             ("Valid", "True", "Valid"),
             ("Ready", "True", "Exported"),
-            ("Conflict", "False", "NoConflicts"),
+            ("Conflict", "True", "PortConflict"),
         ],
     )
     .await;
+    for id in ["east", "west"] {
+        let message = set.export_message(id, "shop", "web", "Conflict");
+        assert!(
+            message.contains("oldest export, in cluster east")
+                && message.contains("differing: west (PortConflict)"),
+            "{id}: {message}"
+        );
+    }
     let (targets, _) = srv(set.member("north").dns(), "web.shop.svc.clusterset.local.").await;
     assert_eq!(
         targets.iter().map(|t| t.1).collect::<BTreeSet<_>>(),
@@ -353,23 +353,25 @@ async fn type_conflicts_external_names_and_exported_metadata() {
         external_name("shop", "ext", "example.com").exported(),
     );
 
-    conditions_become(
-        &set,
-        "west",
-        "shop",
-        "web",
-        "west's type conflict",
-        &[
-            ("Valid", "True", "Valid"),
-            ("Ready", "True", "Exported"),
-            (
-                "Conflict",
-                "True",
-                "TypeConflict,LabelsConflict,AnnotationsConflict",
-            ),
-        ],
-    )
-    .await;
+    for id in ["east", "west"] {
+        conditions_become(
+            &set,
+            id,
+            "shop",
+            "web",
+            &format!("{id}'s type conflict (KEP-1645: on every export)"),
+            &[
+                ("Valid", "True", "Valid"),
+                ("Ready", "True", "Exported"),
+                (
+                    "Conflict",
+                    "True",
+                    "TypeConflict,LabelsConflict,AnnotationsConflict",
+                ),
+            ],
+        )
+        .await;
+    }
     for id in ALL {
         eventually_within(
             CONVERGE,
@@ -427,24 +429,79 @@ async fn type_conflicts_external_names_and_exported_metadata() {
     assert!(ALL.iter().all(|id| set.import(id, "shop", "ext").is_none()));
 }
 
+/// KEP-1645 "Namespace sameness" and the MCS DNS specification (records
+/// come from the cluster's ServiceImports): a member without the namespace
+/// has no ServiceImport and answers NXDOMAIN for every name of the service,
+/// until the namespace exists; and again once it is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn imports_appear_only_where_the_namespace_exists() {
+async fn imports_and_names_exist_only_where_the_namespace_exists() {
     let set = KubeClusterset::start(&[("east", "IPv4"), ("north", "IPv4")]).await;
-    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
-    // DNS answers everywhere; north has no namespace `shop`, so no ServiceImport there yet.
-    eventually_within(CONVERGE, "north answers", true, || async {
-        is_vip(&set.resolve("north", WEB, RecordType::A).await)
-    })
+    set.apply(
+        "east",
+        cluster_ip("billing", "cart", &["10.1.0.10"]).exported(),
+    );
+    let cart = "cart.billing.svc.clusterset.local.";
+    let srv_name = "_http._tcp.cart.billing.svc.clusterset.local.";
+    let vip = agreed_in(&set, "east", "billing", "cart").await;
+    assert_eq!(
+        set.resolve("east", cart, RecordType::A).await,
+        Outcome::Ips([vip].into())
+    );
+    for (name, rtype) in [
+        (cart, RecordType::A),
+        (cart, RecordType::AAAA),
+        (srv_name, RecordType::SRV),
+        ("billing.svc.clusterset.local.", RecordType::A),
+    ] {
+        assert_eq!(
+            set.resolve("north", name, rtype).await,
+            Outcome::NxDomain,
+            "{rtype} {name} from north, which has no namespace billing"
+        );
+    }
+    assert!(set.import("north", "billing", "cart").is_none());
+
+    set.member("north").api.create_namespace("billing");
+    eventually_within(
+        CONVERGE,
+        "north answers once the namespace exists",
+        Outcome::Ips([vip].into()),
+        || set.resolve("north", cart, RecordType::A),
+    )
     .await;
-    assert!(set.import("north", "shop", "web").is_none());
-    set.member("north").api.create_namespace("shop");
     eventually_within(
         CONVERGE,
         "import once the namespace exists",
         true,
-        || async { set.import("north", "shop", "web").is_some() },
+        || async { set.import("north", "billing", "cart").is_some() },
     )
     .await;
+
+    assert!(
+        set.member("north")
+            .api
+            .remove_raw("", "namespaces", None, "billing")
+    );
+    eventually_within(CONVERGE, "north stops answering", Outcome::NxDomain, || {
+        set.resolve("north", cart, RecordType::A)
+    })
+    .await;
+    assert_eq!(
+        set.resolve("east", cart, RecordType::A).await,
+        Outcome::Ips([vip].into())
+    );
+}
+
+/// The VIP of a member's ServiceImport, once it has one.
+async fn agreed_in(set: &KubeClusterset, id: &str, ns: &str, name: &str) -> IpAddr {
+    eventually_within(
+        CONVERGE,
+        &format!("a VIP for {ns}/{name} in {id}"),
+        1,
+        || async { set.import(id, ns, name).map_or(0, |i| i.spec.ips.len()) },
+    )
+    .await;
+    import_ips(&set.import(id, ns, name).unwrap())[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1111,4 +1168,222 @@ async fn check_reaches_the_api_servers() {
         0,
         "check writes nothing"
     );
+}
+
+/// KEP-1645 "Using EndpointSlice objects to track endpoints", as the upstream
+/// conformance EndpointSlice case checks it: every member, the exporting one
+/// included, has an MCS EndpointSlice for every exporting cluster, with the
+/// MCS labels and a `managed-by` that is not Kubernetes' own, owned by the
+/// member's ServiceImport; unexporting deletes it everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import() {
+    let set = three().await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    set.apply(
+        "east",
+        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
+    );
+    let east = BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])]);
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("east's MCS slice in {id}"),
+            east.clone(),
+            || async { set.mcs_slices(id, "shop", "web") },
+        )
+        .await;
+        let import = set.import(id, "shop", "web").expect("the import");
+        let slices = set.mcs_slice_objects(id, "shop", "web");
+        let [slice] = &slices[..] else {
+            panic!("one MCS slice in {id}: {slices:?}")
+        };
+        let labels = slice.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels["multicluster.kubernetes.io/source-cluster"], "east");
+        assert_ne!(
+            labels["endpointslice.kubernetes.io/managed-by"],
+            "endpointslice-controller.k8s.io"
+        );
+        assert_eq!(slice.address_type, "IPv4");
+        let owners = slice.metadata.owner_references.clone().unwrap_or_default();
+        let owner = owners
+            .iter()
+            .map(|o| {
+                (
+                    o.api_version.as_str(),
+                    o.kind.as_str(),
+                    o.name.as_str(),
+                    o.uid.as_str(),
+                )
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(
+            owner,
+            [(
+                "multicluster.x-k8s.io/v1alpha1",
+                "ServiceImport",
+                "web",
+                import.metadata.uid.as_deref().unwrap()
+            )],
+            "{id}: owned by the local ServiceImport"
+        );
+    }
+    // The exporter's own Kubernetes slice is left alone.
+    assert!(
+        set.member("east")
+            .api
+            .get::<k8s_openapi::api::discovery::v1::EndpointSlice>(Some("shop"), "web-east")
+            .is_some()
+    );
+
+    // Someone deletes north's ServiceImport: the garbage collector takes its
+    // slices with it; the leader writes both again, the slices owned by the
+    // new ServiceImport.
+    let old_uid = set.import("north", "shop", "web").unwrap().metadata.uid;
+    let north = &set.member("north").api;
+    assert!(north.remove_raw(
+        "multicluster.x-k8s.io",
+        "serviceimports",
+        Some("shop"),
+        "web"
+    ));
+    eventually_within(
+        CONVERGE,
+        "north's slice owned by its new ServiceImport",
+        true,
+        || async {
+            let Some(uid) = set
+                .import("north", "shop", "web")
+                .and_then(|i| i.metadata.uid)
+            else {
+                return false;
+            };
+            let owners: Vec<String> = set
+                .mcs_slice_objects("north", "shop", "web")
+                .iter()
+                .flat_map(|s| s.metadata.owner_references.clone().unwrap_or_default())
+                .map(|o| o.uid)
+                .collect();
+            Some(&uid) != old_uid.as_ref() && owners == [uid]
+        },
+    )
+    .await;
+
+    set.unexport("east", "shop", "web");
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("MCS slices deleted in {id}"),
+            0,
+            || async { set.mcs_slice_objects(id, "shop", "web").len() },
+        )
+        .await;
+        assert!(set.import(id, "shop", "web").is_none());
+    }
+}
+
+/// The ports of each source cluster's MCS slices of a service in a member:
+/// `(source cluster, port names)`.
+fn slice_ports(set: &KubeClusterset, id: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {
+    set.mcs_slice_objects(id, "shop", service)
+        .into_iter()
+        .map(|s| {
+            let labels = s.metadata.labels.unwrap_or_default();
+            let ports = s.ports.unwrap_or_default();
+            let names = ports
+                .into_iter()
+                .map(|p| format!("{}:{}", p.name.unwrap_or_default(), p.port.unwrap_or(0)))
+                .collect();
+            (
+                labels["multicluster.kubernetes.io/source-cluster"].clone(),
+                names,
+            )
+        })
+        .collect()
+}
+
+/// KEP-1645 "Service Port", the upstream StrictPortConflict connectivity
+/// cases: east (oldest) exports `tcp` as 42; for `web` west exports `tcp` as
+/// 4242 (conflict: the import keeps 42, and west backs no port of it), for
+/// `api` west exports `tcp2` as 4242 (both ports, each backed by one
+/// cluster). A data plane maps the import's ports to endpoint ports by name,
+/// so every member's MCS slices carry a cluster's endpoints only under the
+/// ports it backs, and the ServiceImport says which cluster backs which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_ports_back_no_traffic_in_the_clusters_that_define_them_differently() {
+    let set = three().await;
+    let ports = |name: &str, port: u16| serde_json::json!([{"name": name, "port": port, "protocol": "TCP"}]);
+    for (service, west_port) in [("web", "tcp"), ("api", "tcp2")] {
+        let east = cluster_ip("shop", service, &["10.1.0.10"]).ports(&[("tcp", 42, "TCP")]);
+        set.apply("east", exported_at(east, OLD));
+        set.apply(
+            "east",
+            [slice(
+                "shop",
+                &format!("{service}-east"),
+                service,
+                &[ep("10.1.5.5")],
+            )
+            .set("ports", ports("tcp", 42))],
+        );
+        let west = cluster_ip("shop", service, &["10.3.0.10"]).ports(&[(west_port, 4242, "TCP")]);
+        set.apply("west", exported_at(west, NEW));
+        set.apply(
+            "west",
+            [slice(
+                "shop",
+                &format!("{service}-west"),
+                service,
+                &[ep("10.3.5.5")],
+            )
+            .set("ports", ports(west_port, 42))],
+        );
+    }
+    let pair = |cluster: &str, ports: &[&str]| {
+        (
+            cluster.to_owned(),
+            ports.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>(),
+        )
+    };
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("tcp/42 only to east's pods in {id}"),
+            BTreeSet::from([pair("east", &["tcp:42"]), pair("west", &[])]),
+            || async { slice_ports(&set, id, "web") },
+        )
+        .await;
+        eventually_within(
+            CONVERGE,
+            &format!("each port to the cluster that exposes it in {id}"),
+            BTreeSet::from([pair("east", &["tcp:42"]), pair("west", &["tcp2:42"])]),
+            || async { slice_ports(&set, id, "api") },
+        )
+        .await;
+        let backed = |service: &str| {
+            set.import(id, "shop", service)
+                .and_then(|i| i.metadata.annotations)
+                .and_then(|a| a.get("clusterset-dns.io/cluster-ports").cloned())
+                .unwrap_or_default()
+        };
+        assert_eq!(backed("web"), r#"{"east":["tcp:42/TCP"],"west":[]}"#);
+        assert_eq!(
+            backed("api"),
+            r#"{"east":["tcp:42/TCP"],"west":["tcp2:4242/TCP"]}"#
+        );
+    }
+    for id in ["east", "west"] {
+        conditions_become(
+            &set,
+            id,
+            "shop",
+            "web",
+            &format!("{id}: PortConflict"),
+            &[
+                ("Valid", "True", "Valid"),
+                ("Ready", "True", "Exported"),
+                ("Conflict", "True", "PortConflict"),
+            ],
+        )
+        .await;
+    }
 }

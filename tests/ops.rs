@@ -87,7 +87,8 @@ async fn metrics_count_queries_and_reconciles() {
     assert!(value(&body, "clusterset_dns_reconciles_total") > reconciles);
     assert_eq!(
         value(&body, r#"clusterset_dns_conflicts{reason="PortConflict"}"#),
-        1.0
+        2.0,
+        "both exports of the conflicted service (KEP-1645)"
     );
     assert_eq!(
         value(

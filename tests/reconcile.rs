@@ -70,14 +70,21 @@ async fn the_oldest_export_decides_the_type() {
         conflict(&status, "flip", "east"),
         cond("True", "TypeConflict")
     );
-    assert_eq!(conflict(&status, "flip", "west"), no_conflicts());
+    // KEP-1645: the oldest export (west) is in conflict too.
+    assert_eq!(
+        conflict(&status, "flip", "west"),
+        cond("True", "TypeConflict")
+    );
     assert_eq!(
         resolve(server.addr, &svc("flip.shop"), A).await,
         ips(["10.1.0.1", "10.2.0.1"])
     );
 
     assert_eq!(the_import(&status, "shop", "flop")["type"], "ClusterSetIP");
-    assert_eq!(conflict(&status, "flop", "east"), no_conflicts());
+    assert_eq!(
+        conflict(&status, "flop", "east"),
+        cond("True", "TypeConflict")
+    );
     assert_eq!(
         conflict(&status, "flop", "west"),
         cond("True", "TypeConflict")
@@ -112,11 +119,31 @@ async fn ports_are_the_union_and_differences_conflict() {
         {"name": "metrics", "port": 9100, "protocol": "TCP"},
     ]);
     assert_eq!(ports, &expected);
+    // KEP-1645 "Service Port": west's http (8081) is not the import's http
+    // (80), so west backs only metrics; east backs only http.
+    let backed = |i: usize| the_import(&status, "shop", "web")["clusters"][i].clone();
+    assert_eq!(
+        (backed(0)["cluster"].clone(), backed(0)["ports"].clone()),
+        (
+            json!("east"),
+            json!([{"name": "http", "port": 80, "protocol": "TCP"}])
+        )
+    );
+    assert_eq!(
+        (backed(1)["cluster"].clone(), backed(1)["ports"].clone()),
+        (
+            json!("west"),
+            json!([{"name": "metrics", "port": 9100, "protocol": "TCP"}])
+        )
+    );
     assert_eq!(
         conflict(&status, "web", "west"),
         cond("True", "PortConflict")
     );
-    assert_eq!(conflict(&status, "web", "east"), no_conflicts());
+    assert_eq!(
+        conflict(&status, "web", "east"),
+        cond("True", "PortConflict")
+    );
 
     let target = svc("web.shop");
     let metrics = srv(server.addr, &svc("_metrics._tcp.web.shop")).await;
@@ -160,7 +187,10 @@ async fn session_affinity_and_exported_labels_conflicts() {
         conflict(&status, "sticky", "west"),
         cond("True", "SessionAffinityConflict")
     );
-    assert_eq!(conflict(&status, "sticky", "east"), no_conflicts());
+    assert_eq!(
+        conflict(&status, "sticky", "east"),
+        cond("True", "SessionAffinityConflict")
+    );
     assert_eq!(
         the_import(&status, "shop", "sticky")["sessionAffinity"],
         "None"
@@ -169,7 +199,10 @@ async fn session_affinity_and_exported_labels_conflicts() {
         conflict(&status, "labelled", "west"),
         cond("True", "LabelsConflict")
     );
-    assert_eq!(conflict(&status, "labelled", "east"), no_conflicts());
+    assert_eq!(
+        conflict(&status, "labelled", "east"),
+        cond("True", "LabelsConflict")
+    );
     assert_eq!(the_import(&status, "shop", "labelled")["labels"], json!({}));
     // Conflicts do not take the service out of DNS.
     for name in ["sticky.shop", "labelled.shop"] {
@@ -327,7 +360,10 @@ async fn a_cluster_sharing_no_family_is_left_out() {
         export_condition(&status, "shop", "db", "west", "Ready").0,
         "False"
     );
-    assert_eq!(conflict(&status, "db", "east"), no_conflicts());
+    assert_eq!(
+        conflict(&status, "db", "east"),
+        cond("True", "IPFamilyConflict")
+    );
     let db_import = the_import(&status, "shop", "db");
     assert_eq!(import_clusters(db_import), ["east"]);
     assert_eq!(db_import["ipFamilies"], json!(["IPv4"]));
@@ -393,9 +429,51 @@ async fn without_timestamps_the_walk_order_decides() {
 
     assert_eq!(the_import(&status, "shop", "web")["type"], "Headless");
     assert_eq!(conflict(&status, "web", "b"), cond("True", "TypeConflict"));
-    assert_eq!(conflict(&status, "web", "a"), no_conflicts());
+    assert_eq!(conflict(&status, "web", "a"), cond("True", "TypeConflict"));
     assert_eq!(
         resolve(server.addr, &svc("web.shop"), A).await,
         ips(["10.1.0.1"])
+    );
+}
+
+/// KEP-1645 "Service Port" in DNS: the SRV records of a headless import
+/// target, per port, only the endpoints of clusters that back it. East
+/// (oldest) defines `tcp` as 42; west defines `tcp` as 4242 (not the
+/// import's) and adds `tcp2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headless_srv_targets_only_clusters_backing_the_port() {
+    let cs = Clusterset::new();
+    let db = || headless("shop", "db", &["IPv4"]);
+    cs.write(
+        "east",
+        "db.yaml",
+        &exported_at(
+            db().ports(&[("tcp", 42, "TCP")]),
+            OLD,
+            &[slice("shop", "db-e", "db", &[ep("10.1.0.1").host("e0")])],
+        ),
+    );
+    cs.write(
+        "west",
+        "db.yaml",
+        &exported_at(
+            db().ports(&[("tcp", 4242, "TCP"), ("tcp2", 4343, "TCP")]),
+            NEW,
+            &[slice("shop", "db-w", "db", &[ep("10.2.0.1").host("w0")])],
+        ),
+    );
+    let (server, _) = load(&cs, &[]).await;
+    let east = "e0.east.db.shop.svc.clusterset.local.";
+    let west = "w0.west.db.shop.svc.clusterset.local.";
+    let tcp = srv(server.addr, &svc("_tcp._tcp.db.shop")).await;
+    assert_eq!(tcp, (pairs([(east, 42)]), 1));
+    let tcp2 = srv(server.addr, &svc("_tcp2._tcp.db.shop")).await;
+    assert_eq!(tcp2, (pairs([(west, 4343)]), 1));
+    let bare = srv(server.addr, &svc("db.shop")).await;
+    assert_eq!(bare, (pairs([(east, 42), (west, 4343)]), 2));
+    // Addresses are the service's, whichever ports a cluster backs.
+    assert_eq!(
+        resolve(server.addr, &svc("db.shop"), A).await,
+        ips(["10.1.0.1", "10.2.0.1"])
     );
 }

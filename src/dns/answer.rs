@@ -47,7 +47,7 @@ pub fn answer(index: &Index, name: &LowerName, rtype: RecordType, class: DNSClas
         .map(|o| index.records(o, &Name::from(name), rtype))
         .unwrap_or_default();
     let authority = if answers.is_empty() {
-        vec![index.soa()]
+        vec![index.soa_for(name)]
     } else {
         Vec::new()
     };

@@ -3,11 +3,13 @@
 
 mod answer;
 mod certificates;
+pub mod notify;
 mod response;
 mod server;
 mod tcp;
 mod tcp_limits;
 mod tls;
+mod transfer;
 mod udp;
 
 pub use answer::{Answer, answer};
@@ -15,6 +17,7 @@ pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Response, handle};
 pub use server::DnsServer;
 pub use tcp_limits::TcpLimits;
 pub use tls::{TlsListener, check as check_tls};
+pub use transfer::TransferPolicy;
 pub use udp::respond as respond_udp;
 
 use hickory_proto::rr::RecordType;

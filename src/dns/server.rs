@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tcp;
 use super::tcp_limits::{Connections, TcpLimits, raise_open_file_limit};
+use super::transfer::TransferPolicy;
 use super::udp::UdpWorkers;
 use crate::index::Index;
 use crate::metrics::Metrics;
@@ -24,6 +25,7 @@ pub struct DnsServer {
     index: Arc<Index>,
     metrics: Arc<Metrics>,
     tcp_limits: TcpLimits,
+    transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
     local: SocketAddr,
 }
@@ -32,12 +34,14 @@ impl DnsServer {
     /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
     /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
     /// TCP connections are held to `tcp_limits`.
+    /// Zone transfers (TCP only) follow `transfers`.
     pub async fn bind(
         listen: SocketAddr,
         udp_workers: usize,
         tcp_limits: TcpLimits,
         index: Arc<Index>,
         metrics: Arc<Metrics>,
+        transfers: TransferPolicy,
     ) -> std::io::Result<Self> {
         raise_open_file_limit(tcp_limits.max_connections);
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
@@ -48,6 +52,7 @@ impl DnsServer {
             index,
             metrics,
             tcp_limits,
+            transfers: Arc::new(transfers),
             shutdown: CancellationToken::new(),
             local,
         })
@@ -71,6 +76,7 @@ impl DnsServer {
             recorder: Mutex::new(self.metrics.dns.recorder("tcp")),
             metrics: self.metrics.dns.tcp.clone(),
             connections: Connections::new(self.tcp_limits),
+            transfers: Some(self.transfers),
         });
         tcp::serve(self.tcp, shared, self.shutdown).await;
         drop(self.udp);

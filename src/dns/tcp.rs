@@ -23,6 +23,7 @@ use tracing::{debug, warn};
 
 use super::response::{Handled, handle};
 use super::tcp_limits::{Connections, TcpLimits};
+use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
 use crate::metrics::{DnsRecorder, TcpMetrics};
 
@@ -36,6 +37,8 @@ pub struct Shared {
     pub metrics: TcpMetrics,
     /// Open connections, counted against the limits.
     pub connections: Arc<Connections>,
+    /// Who may transfer the zone (None: no transfers on these connections).
+    pub transfers: Option<Arc<TransferPolicy>>,
 }
 
 /// Accepts connections until `shutdown`, then waits for open connections to
@@ -162,7 +165,15 @@ async fn read_queries<R: AsyncRead>(
             Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
             Ok(None) | Err(_) => return,
         };
-        for response in respond(shared, &request, peer, encrypted) {
+        let transfer = match &shared.transfers {
+            Some(policy) => transfer::respond(&shared.index, policy, &request, peer).await,
+            None => None,
+        };
+        let responses = match transfer {
+            Some(messages) => messages.into_iter().map(Bytes::from).collect(),
+            None => respond(shared, &request, peer, encrypted),
+        };
+        for response in responses {
             if pending.send(response).await.is_err() {
                 return;
             }
@@ -170,8 +181,7 @@ async fn read_queries<R: AsyncRead>(
     }
 }
 
-/// The messages answering one request, in order (none: nothing is due; a
-/// zone transfer would be several).
+/// The response to one query (none: nothing is due).
 fn respond(shared: &Shared, request: &[u8], peer: SocketAddr, encrypted: bool) -> Vec<Bytes> {
     let started = Instant::now();
     let (bytes, outcome) = match handle(&shared.index, request, peer) {

@@ -67,6 +67,8 @@ impl TlsListener {
             recorder: Mutex::new(metrics.dns.recorder("tls")),
             metrics: metrics.dns.tcp.clone(),
             connections: Connections::new(limits),
+            // Zone transfers go over plain TCP only.
+            transfers: None,
         });
         let (connections, tcp_metrics) = (shared.connections.clone(), shared.metrics.clone());
         let acceptor = self.acceptor;

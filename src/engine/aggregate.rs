@@ -2,7 +2,7 @@
 //! import and the conditions of every export (DESIGN.md §3). Pure: no I/O, no
 //! clock, no VIPs (those are the allocator's).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
@@ -48,6 +48,10 @@ pub struct ImportCluster {
     pub cluster_ips: Ips,
     /// Its ready endpoints in the import's families, one per address.
     pub endpoints: Endpoints,
+    /// The import's ports it backs: those its Service defines with the same
+    /// name, port and protocol (see [`super::ports`]). Its endpoints are
+    /// published under these ports only.
+    pub ports: Arc<[ServicePort]>,
 }
 
 /// A cluster's endpoints in an import: usually its one EndpointSlice as is
@@ -216,14 +220,21 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
     let (families, left_out) = intersect_families(&valid);
     let ports = union_ports(valid.iter().filter(|c| !left_out.contains(c.cluster)));
     let type_ = import_type(oldest.service.kind);
+    let differences: Vec<Vec<Difference>> = valid
+        .iter()
+        .map(|c| {
+            let left_out = left_out.contains(c.cluster);
+            differences(c, oldest, &families, left_out, type_, policy.clusterset_ip)
+        })
+        .collect();
+    let conflict = conflict(&valid, &differences);
     for candidate in &valid {
         exports.push(export_status(
             candidate,
-            oldest,
             &families,
             left_out.contains(candidate.cluster),
             type_,
-            policy.clusterset_ip,
+            &conflict,
         ));
     }
     exports.sort_by(|a, b| a.cluster.cmp(&b.cluster));
@@ -251,7 +262,7 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
     let clusters = valid
         .iter()
         .filter(|c| !left_out.contains(c.cluster))
-        .map(|c| import_cluster(c, &families))
+        .map(|c| import_cluster(c, &families, &ports))
         .collect();
     let (svc, export) = (oldest.service, oldest.export);
     let import = Import {
@@ -341,82 +352,139 @@ fn union_ports<'a>(mut candidates: impl Iterator<Item = &'a Candidate<'a>>) -> A
     added.map_or_else(|| oldest.clone(), Into::into)
 }
 
-fn export_status(
+/// One way an export differs from the oldest: the reason, and what the
+/// import uses instead (the oldest export's value).
+type Difference = (ConflictReason, String);
+
+/// How `candidate` differs from the oldest export.
+fn differences(
     candidate: &Candidate<'_>,
     oldest: &Candidate<'_>,
     families: &[IpFamily],
     left_out: bool,
     type_: ImportType,
     clusterset_ip: bool,
-) -> ExportStatus {
+) -> Vec<Difference> {
     let (mine, theirs) = (candidate.service, oldest.service);
     let vips = |e: &ExportInfo| e.clusterset_ip.unwrap_or(clusterset_ip);
-    let checks: [(ConflictReason, bool, String); 9] = [
+    let checks: [(ConflictReason, bool, &dyn Fn() -> String); 10] = [
         (
             ConflictReason::PortConflict,
             same_ports(&mine.ports, &theirs.ports),
-            format!("ports {}", ports_text(&theirs.ports)),
+            &|| ports_text(&theirs.ports),
         ),
         (
             ConflictReason::TypeConflict,
             mine.kind == theirs.kind,
-            format!("type {}", type_.as_str()),
+            &|| format!("type {}", type_.as_str()),
         ),
         (
             ConflictReason::SessionAffinityConflict,
             mine.session_affinity == theirs.session_affinity,
-            format!("sessionAffinity {}", theirs.session_affinity),
+            &|| format!("sessionAffinity {}", theirs.session_affinity),
         ),
         (
             ConflictReason::SessionAffinityConfigConflict,
             mine.session_affinity_config == theirs.session_affinity_config,
-            "sessionAffinityConfig".into(),
+            &|| "sessionAffinityConfig".into(),
         ),
         (
             ConflictReason::LabelsConflict,
             candidate.export.exported.labels == oldest.export.exported.labels,
-            "exportedLabels".into(),
+            &|| "exportedLabels".into(),
         ),
         (
             ConflictReason::AnnotationsConflict,
             candidate.export.exported.annotations == oldest.export.exported.annotations,
-            "exportedAnnotations".into(),
+            &|| "exportedAnnotations".into(),
         ),
         (
             ConflictReason::InternalTrafficPolicyConflict,
             mine.internal_traffic_policy == theirs.internal_traffic_policy,
-            format!("internalTrafficPolicy {}", theirs.internal_traffic_policy),
+            &|| format!("internalTrafficPolicy {}", theirs.internal_traffic_policy),
         ),
         (
             ConflictReason::TrafficDistributionConflict,
             mine.traffic_distribution == theirs.traffic_distribution,
-            format!(
-                "trafficDistribution {}",
-                theirs.traffic_distribution.as_deref().unwrap_or("unset")
-            ),
+            &|| {
+                format!(
+                    "trafficDistribution {}",
+                    theirs.traffic_distribution.as_deref().unwrap_or("unset")
+                )
+            },
         ),
+        (ConflictReason::IPFamilyConflict, !left_out, &|| {
+            format!("ipFamilies {}", join(families))
+        }),
         (
             ConflictReason::ClusterSetIPConflict,
             vips(candidate.export) == vips(oldest.export),
-            format!(
-                "{} {}",
-                crate::crd::ANNOTATION_CLUSTERSET_IP,
-                vips(oldest.export)
-            ),
+            &|| {
+                format!(
+                    "{} {}",
+                    crate::crd::ANNOTATION_CLUSTERSET_IP,
+                    vips(oldest.export)
+                )
+            },
         ),
     ];
-    let mut reasons = Vec::new();
-    let mut details = Vec::new();
-    for (reason, same, winner) in checks {
-        if !same {
-            reasons.push(reason);
-            details.push(winner);
+    checks
+        .into_iter()
+        .filter(|(_, same, _)| !same)
+        .map(|(reason, _, winner)| (reason, winner()))
+        .collect()
+}
+
+/// A service's `Conflict` condition, set on **all** its exports, the oldest
+/// included (KEP-1645, "Constraints and Conflict Resolution"): every reason
+/// any export raises, what the import uses, and which clusters differ.
+/// `differences` are per `valid` candidate, oldest first.
+fn conflict(valid: &[Candidate<'_>], differences: &[Vec<Difference>]) -> ServiceConflict {
+    static NONE: LazyLock<Condition> =
+        LazyLock::new(|| Condition::new(CONFLICT, false, "NoConflicts", ""));
+    let mut winners: BTreeMap<ConflictReason, &str> = BTreeMap::new();
+    let mut differing = Vec::new();
+    for (candidate, found) in valid.iter().zip(differences).filter(|(_, d)| !d.is_empty()) {
+        for (reason, winner) in found {
+            winners.insert(*reason, winner);
         }
+        let reasons: Vec<String> = found.iter().map(|(r, _)| r.to_string()).collect();
+        differing.push(format!("{} ({})", candidate.cluster, reasons.join(",")));
     }
-    if left_out {
-        reasons.push(ConflictReason::IPFamilyConflict);
-        details.push(format!("ipFamilies {}", join(families)));
+    if winners.is_empty() {
+        return ServiceConflict {
+            condition: NONE.clone(),
+            reasons: Box::default(),
+        };
     }
+    let reasons: Box<[ConflictReason]> = winners.keys().copied().collect();
+    let reason: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+    let used: Vec<&str> = winners.values().copied().collect();
+    let message = format!(
+        "the import uses {} from the oldest export, in cluster {}; differing: {}",
+        used.join(", "),
+        valid[0].cluster,
+        differing.join(", ")
+    );
+    ServiceConflict {
+        condition: Condition::new(CONFLICT, true, reason.join(","), message),
+        reasons,
+    }
+}
+
+/// The `Conflict` condition every export of one service carries.
+struct ServiceConflict {
+    condition: Condition,
+    reasons: Box<[ConflictReason]>,
+}
+
+fn export_status(
+    candidate: &Candidate<'_>,
+    families: &[IpFamily],
+    left_out: bool,
+    type_: ImportType,
+    conflict: &ServiceConflict,
+) -> ExportStatus {
     let valid = Condition::new(VALID, true, "Valid", "");
     let ready = if left_out {
         Condition::new(
@@ -425,32 +493,17 @@ fn export_status(
             "Failed",
             format!(
                 "IP families {} share none with the clusterset's {}",
-                join(&mine.ip_families),
+                join(&candidate.service.ip_families),
                 join(families)
             ),
         )
     } else {
         Condition::new(READY, true, "Exported", exported_as(type_))
     };
-    let conflict = if reasons.is_empty() {
-        Condition::new(CONFLICT, false, "NoConflicts", "")
-    } else {
-        let reason = reasons
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let message = format!(
-            "using {} from the oldest export, in cluster {}",
-            details.join(", "),
-            oldest.cluster
-        );
-        Condition::new(CONFLICT, true, reason, message)
-    };
     ExportStatus {
         cluster: candidate.cluster.clone(),
-        conditions: shared_conditions([valid, ready, conflict]),
-        conflicts: reasons.into_boxed_slice(),
+        conditions: shared_conditions([valid, ready, conflict.condition.clone()]),
+        conflicts: conflict.reasons.clone(),
     }
 }
 
@@ -486,17 +539,8 @@ fn same_ports(a: &[ServicePort], b: &[ServicePort]) -> bool {
 }
 
 fn ports_text(ports: &[ServicePort]) -> String {
-    let parts: Vec<String> = ports
-        .iter()
-        .map(|p| {
-            let proto = p.protocol.as_deref().unwrap_or("TCP");
-            match &p.name {
-                Some(name) => format!("{name}:{}/{proto}", p.port),
-                None => format!("{}/{proto}", p.port),
-            }
-        })
-        .collect();
-    format!("[{}]", parts.join(" "))
+    let parts: Vec<String> = ports.iter().map(super::ports::port_text).collect();
+    format!("ports [{}]", parts.join(" "))
 }
 
 fn join(families: &[IpFamily]) -> String {
@@ -504,7 +548,11 @@ fn join(families: &[IpFamily]) -> String {
     format!("[{}]", names.join(","))
 }
 
-fn import_cluster(candidate: &Candidate<'_>, families: &[IpFamily]) -> ImportCluster {
+fn import_cluster(
+    candidate: &Candidate<'_>,
+    families: &[IpFamily],
+    ports: &Arc<[ServicePort]>,
+) -> ImportCluster {
     let in_families = |ip: &IpAddr| families.contains(&IpFamily::of(ip));
     let qualifying = |seen: &mut HashSet<IpAddr>, e: &Endpoint| {
         e.ready && in_families(&e.address) && seen.insert(e.address)
@@ -543,6 +591,7 @@ fn import_cluster(candidate: &Candidate<'_>, families: &[IpFamily]) -> ImportClu
             .filter(in_families)
             .collect(),
         endpoints,
+        ports: super::ports::backed_ports(ports, &candidate.service.ports),
     }
 }
 
@@ -696,12 +745,67 @@ pub(crate) mod tests {
             (true, "TypeConflict")
         );
         assert!(
-            conflict.message.contains("in cluster b"),
+            conflict.message.contains("in cluster b")
+                && conflict.message.contains("a (TypeConflict)"),
             "{}",
             conflict.message
         );
-        assert_eq!(status(&a, "b", CONFLICT).reason, "NoConflicts");
+        // KEP-1645: the condition is on all exports, the oldest (b) included.
+        assert_eq!(status(&a, "b", CONFLICT), conflict);
         assert_eq!(status(&a, "a", READY).reason, "Exported");
+    }
+
+    /// KEP-1645 "Constraints and Conflict Resolution": a Conflict condition is
+    /// set on all ServiceExports of a conflicted service, the oldest included
+    /// (upstream conformance checks the oldest first), with every reason and
+    /// the clusters that differ; the import keeps the oldest's values.
+    #[test]
+    fn conflict_is_reported_on_every_export_oldest_first() {
+        let mut b_export = export(2);
+        Arc::make_mut(&mut b_export.exported)
+            .labels
+            .insert("dummy-label2".into(), "true".into());
+        let mut c = service(&["10.0.0.3"], &[("http", 80)]);
+        Arc::make_mut(&mut c.spec).kind = ServiceKind::Headless;
+        let a = aggregate(
+            &inputs(vec![
+                (
+                    "a",
+                    Some(export(1)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
+                (
+                    "b",
+                    Some(b_export),
+                    Some(service(&["10.0.0.2"], &[("http", 81)])),
+                ),
+                ("c", Some(export(3)), Some(c)),
+                (
+                    "d",
+                    Some(export(4)),
+                    Some(service(&["10.0.0.4"], &[("http", 80)])),
+                ),
+            ]),
+            BOTH,
+        );
+        for cluster in ["a", "b", "c", "d"] {
+            let conflict = status(&a, cluster, CONFLICT);
+            assert_eq!(
+                (conflict.status, conflict.reason.as_ref()),
+                (true, "PortConflict,TypeConflict,LabelsConflict"),
+                "{cluster}"
+            );
+            assert_eq!(
+                conflict.message,
+                "the import uses ports [http:80/TCP], type ClusterSetIP, exportedLabels \
+                 from the oldest export, in cluster a; \
+                 differing: b (PortConflict,LabelsConflict), c (TypeConflict)"
+            );
+            assert_eq!(status(&a, cluster, READY).reason, "Exported");
+        }
+        let conflicted = a.exports.iter().filter(|e| !e.conflicts.is_empty());
+        assert_eq!(conflicted.count(), 4, "every export counts in the metric");
+        assert_eq!(a.import.unwrap().type_, ImportType::ClusterSetIP);
     }
 
     #[test]
@@ -761,13 +865,36 @@ pub(crate) mod tests {
             .map(|p| (p.name.as_deref(), p.port))
             .collect();
         assert_eq!(ports, [(Some("http"), 80), (Some("metrics"), 9100)]);
-        assert_eq!(status(&a, "b", CONFLICT).reason, "PortConflict");
-        assert_eq!(status(&a, "c", CONFLICT).reason, "PortConflict");
-        assert_eq!(status(&a, "d", CONFLICT).reason, "NoConflicts");
+        for cluster in ["a", "b", "c", "d"] {
+            assert_eq!(status(&a, cluster, CONFLICT).reason, "PortConflict");
+        }
+        let message = &status(&a, "a", CONFLICT).message;
         assert!(
-            status(&a, "b", CONFLICT)
-                .message
-                .contains("ports [http:80/TCP]")
+            message.contains("ports [http:80/TCP]")
+                && message.contains("b (PortConflict), c (PortConflict)")
+                && !message.contains("d ("),
+            "{message}"
+        );
+        // Each cluster backs only the import's ports it defines identically.
+        let backed: Vec<(&str, Vec<&str>)> = a
+            .import
+            .as_ref()
+            .unwrap()
+            .clusters
+            .iter()
+            .map(|c| {
+                let names = c.ports.iter().map(|p| p.name.as_deref().unwrap()).collect();
+                (c.cluster.as_ref(), names)
+            })
+            .collect();
+        assert_eq!(
+            backed,
+            [
+                ("a", vec!["http"]),
+                ("b", vec!["metrics"]),
+                ("c", vec![]),
+                ("d", vec!["http"])
+            ]
         );
     }
 
@@ -843,7 +970,8 @@ pub(crate) mod tests {
             ),
             (false, "Failed")
         );
-        assert_eq!(status(&a, "a", CONFLICT).reason, "NoConflicts");
+        assert_eq!(status(&a, "a", CONFLICT).reason, "IPFamilyConflict");
+        assert!(status(&a, "a", READY).status, "only c is left out");
     }
 
     #[test]

@@ -4,9 +4,11 @@
 
 pub mod aggregate;
 pub mod conditions;
+pub mod liveness;
+pub mod ports;
 pub mod vip;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -46,6 +48,11 @@ pub struct EngineSettings {
     /// The cluster this instance runs in (its ClusterIPs come first when an
     /// import has no VIPs); `None` outside a cluster.
     pub local_cluster: Option<ClusterId>,
+    /// Whether imports are served only in the namespaces the local cluster
+    /// has, as [`Change::Namespace`] reports them (Kubernetes mode; KEP-1645
+    /// "Namespace sameness": a member without the namespace has no
+    /// ServiceImport, so its DNS has no names for it).
+    pub namespaces_known: bool,
 }
 
 impl Default for EngineSettings {
@@ -56,6 +63,7 @@ impl Default for EngineSettings {
             clusterset_ip: true,
             vip_source: VipSource::Allocate,
             local_cluster: None,
+            namespaces_known: false,
         }
     }
 }
@@ -101,10 +109,14 @@ pub struct Engine {
     clusterset_ip: bool,
     vip_source: VipSource,
     local_cluster: Option<ClusterId>,
+    /// The local cluster's namespaces, when imports are served only there.
+    namespaces: Option<HashSet<Arc<str>>>,
     stats: Stats,
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
     vips: VipAllocator,
+    /// Clusters whose heartbeat timed out ([`Change::Live`]).
+    dead: BTreeSet<ClusterId>,
 }
 
 impl Engine {
@@ -115,10 +127,12 @@ impl Engine {
             clusterset_ip: settings.clusterset_ip,
             vip_source: settings.vip_source,
             local_cluster: settings.local_cluster,
+            namespaces: settings.namespaces_known.then(HashSet::new),
             stats: Stats::default(),
             inputs: HashMap::default(),
             results: HashMap::default(),
             vips: VipAllocator::new(settings.pools),
+            dead: BTreeSet::new(),
         }
     }
 
@@ -128,28 +142,52 @@ impl Engine {
     }
 
     /// Applies changes, reconciles each touched service once, and returns
-    /// the services whose import changed, with the new import (None: gone).
+    /// the services whose served import changed, with the new import (None:
+    /// gone, or its namespace is not in the local cluster).
     pub fn apply(
         &mut self,
         changes: impl IntoIterator<Item = Change>,
     ) -> Vec<(ServiceKey, Option<Arc<Import>>)> {
         let mut touched: Vec<ServiceKey> = Vec::new();
+        let mut moved: HashSet<Arc<str>> = HashSet::new();
         for change in changes {
-            if touched.last() != Some(change.service()) {
-                touched.push(change.service().clone());
+            match (change.service(), &change) {
+                (Some(key), _) if touched.last() != Some(key) => touched.push(key.clone()),
+                (None, Change::Live(cluster, _)) => touched.extend(self.services_of(cluster)),
+                _ => {}
             }
-            self.apply_one(change);
+            moved.extend(self.apply_one(change));
         }
         touched.sort();
         touched.dedup();
-        touched
-            .into_iter()
-            .filter_map(|key| {
-                let before = self.results.get(&key).and_then(|r| r.import.clone());
-                let after = self.reconcile(&key);
-                (before != after).then_some((key, after))
-            })
-            .collect()
+        let mut updates = Vec::new();
+        if !moved.is_empty() {
+            // Services of a namespace that came or went are shown or hidden
+            // as they are (no reconcile: their inputs did not change).
+            let untouched = self
+                .results
+                .iter()
+                .filter(|(k, _)| moved.contains(&k.namespace) && touched.binary_search(k).is_err());
+            updates.extend(untouched.map(|(k, r)| (k.clone(), self.served(k, r.import.clone()))));
+        }
+        updates.extend(touched.into_iter().filter_map(|key| {
+            let before = self.results.get(&key).and_then(|r| r.import.clone());
+            let before = self.served(&key, before);
+            let after = self.reconcile(&key);
+            let after = self.served(&key, after);
+            (before != after || moved.contains(&key.namespace)).then_some((key, after))
+        }));
+        updates
+    }
+
+    /// The import of `result` as the local cluster serves it: none where
+    /// the local cluster lacks the namespace.
+    fn served(&self, key: &ServiceKey, import: Option<Arc<Import>>) -> Option<Arc<Import>> {
+        let present = self
+            .namespaces
+            .as_ref()
+            .is_none_or(|n| n.contains(&key.namespace));
+        import.filter(|_| present)
     }
 
     /// Releases VIPs restored from a saved state that no import claimed
@@ -188,6 +226,14 @@ impl Engine {
         self.inputs.keys()
     }
 
+    /// Every service `cluster` said something about.
+    pub fn services_of(&self, cluster: &ClusterId) -> Vec<ServiceKey> {
+        let of = |(key, clusters): (&ServiceKey, &PerCluster)| {
+            clusters.contains_key(cluster).then(|| key.clone())
+        };
+        self.inputs.iter().filter_map(of).collect()
+    }
+
     /// Every service with at least one export, sorted by key.
     pub fn aggregates(&self) -> Vec<(&ServiceKey, &Aggregate)> {
         let mut all: Vec<_> = self.results.iter().collect();
@@ -195,7 +241,8 @@ impl Engine {
         all
     }
 
-    fn apply_one(&mut self, change: Change) {
+    /// Applies one change; returns the namespace whose presence it changed.
+    fn apply_one(&mut self, change: Change) -> Option<Arc<str>> {
         match change {
             Change::Upsert(cluster, key, object) => {
                 let clusters = self.inputs.entry(key).or_default();
@@ -228,13 +275,15 @@ impl Engine {
                     warn!(service = %key, %ip, holder = %holder, "the broker gives one VIP to two services");
                 }
             }
+            Change::Live(cluster, true) => {
+                self.dead.remove(&cluster);
+            }
+            Change::Live(cluster, false) => {
+                self.dead.insert(cluster);
+            }
             Change::Delete(cluster, key, reference) => {
-                let Some(clusters) = self.inputs.get_mut(&key) else {
-                    return;
-                };
-                let Some(entry) = clusters.get_mut(&cluster) else {
-                    return;
-                };
+                let clusters = self.inputs.get_mut(&key)?;
+                let entry = clusters.get_mut(&cluster)?;
                 let (_, old) = addresses(entry, &reference);
                 match &reference {
                     ObjectRef::Export => entry.export = None,
@@ -251,7 +300,17 @@ impl Engine {
                 }
                 self.remark(&old, &[]);
             }
+            Change::Namespace(name, exists) => {
+                let namespaces = self.namespaces.as_mut()?;
+                let changed = if exists {
+                    namespaces.insert(name.clone())
+                } else {
+                    namespaces.remove(&name)
+                };
+                return changed.then_some(name);
+            }
         }
+        None
     }
 
     /// Keeps the allocator's view of cluster-used pool addresses current.
@@ -283,6 +342,9 @@ impl Engine {
             clusterset_ip: self.clusterset_ip,
         };
         let mut result = aggregate::aggregate(inputs, &policy);
+        if let Some(import) = &mut result.import {
+            liveness::leave_out_dead(import, &self.dead);
+        }
         match &mut result.import {
             Some(import) if import.type_ == ImportType::ClusterSetIP => {
                 let import = Arc::make_mut(import);
@@ -403,6 +465,57 @@ mod tests {
         assert!(engine.get(&key()).is_none());
     }
 
+    /// KEP-1645 "Namespace sameness": a member without the namespace has no
+    /// ServiceImport, so nothing of it is served there; the import itself
+    /// (conditions, VIPs) is the clusterset's and stays.
+    #[test]
+    fn imports_are_served_only_where_the_namespace_exists() {
+        let exported = || {
+            [
+                upsert(
+                    "east",
+                    Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
+                ),
+                upsert("east", Object::Export(export(1).into())),
+            ]
+        };
+        let mut engine = Engine::new(EngineSettings {
+            namespaces_known: true,
+            ..EngineSettings::default()
+        });
+        assert!(
+            engine.apply(exported()).is_empty(),
+            "no namespace shop here"
+        );
+        assert!(engine.get(&key()).unwrap().import.is_some());
+        let updates = engine.apply([Change::Namespace("shop".into(), true)]);
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].1, engine.get(&key()).unwrap().import);
+        assert!(
+            engine
+                .apply([Change::Namespace("other".into(), true)])
+                .is_empty()
+        );
+        assert!(
+            engine
+                .apply([Change::Namespace("shop".into(), true)])
+                .is_empty()
+        );
+        let updates = engine.apply([Change::Namespace("shop".into(), false)]);
+        assert_eq!(updates, vec![(key(), None)]);
+        // A namespace arriving with its first export, in one batch.
+        let mut engine = Engine::new(EngineSettings {
+            namespaces_known: true,
+            ..EngineSettings::default()
+        });
+        let mut batch = vec![Change::Namespace("shop".into(), true)];
+        batch.extend(exported());
+        assert!(engine.apply(batch)[0].1.is_some());
+        // Embedded mode knows no namespaces: everything is served.
+        let mut engine = Engine::new(EngineSettings::default());
+        assert!(engine.apply(exported())[0].1.is_some());
+    }
+
     #[test]
     fn pool_addresses_used_by_clusters_are_never_vips() {
         let settings = EngineSettings {
@@ -476,7 +589,8 @@ mod tests {
             (stats.cluster_set_ip, stats.headless, stats.endpoints),
             (1, 0, 1)
         );
-        assert_eq!(stats.conflicts.get(&ConflictReason::PortConflict), Some(&1));
+        // Both exports of the conflicted service are in conflict (KEP-1645).
+        assert_eq!(stats.conflicts.get(&ConflictReason::PortConflict), Some(&2));
         engine.apply([Change::Delete("west".into(), key(), ObjectRef::Export)]);
         assert_eq!(
             engine.stats().conflicts.get(&ConflictReason::PortConflict),

@@ -5,6 +5,9 @@
 
 mod names;
 mod records;
+mod reverse;
+pub mod serial;
+mod zone;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,10 +17,12 @@ use std::sync::{Arc, RwLock};
 use dashmap::DashMap;
 use hickory_proto::rr::rdata::{NS, SOA, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
+use tokio::sync::watch;
 use tracing::warn;
 
 pub use names::{Owner, ServiceName, dashed};
 pub use records::address_type;
+pub use reverse::{ReverseOwner, ReverseZone};
 
 use crate::engine::Import;
 use crate::model::{IpFamily, ServiceKey};
@@ -76,6 +81,8 @@ pub struct Index {
     soa: RwLock<Record>,
     synced: AtomicBool,
     serial: AtomicU32,
+    serials: watch::Sender<u32>,
+    reverse: reverse::ReverseMap,
 }
 
 impl Index {
@@ -96,6 +103,8 @@ impl Index {
             soa: RwLock::new(soa_record(&apex_name, ttl, serial)),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
+            serials: watch::Sender::new(serial),
+            reverse: reverse::ReverseMap::default(),
         }
     }
 
@@ -104,6 +113,12 @@ impl Index {
     #[must_use]
     pub fn with_nameserver_addresses(mut self, addresses: Vec<IpAddr>) -> Self {
         self.nameserver_addresses = addresses;
+        self
+    }
+
+    /// This index, also answering PTR queries in `zones`.
+    pub fn with_reverse_zones(mut self, zones: Vec<ReverseZone>) -> Self {
+        self.reverse = reverse::ReverseMap::new(zones);
         self
     }
 
@@ -135,7 +150,7 @@ impl Index {
     /// Resolves a (lower-cased) query name.
     pub fn lookup(&self, name: &LowerName) -> Lookup {
         if !self.apex.zone_of(name) {
-            return Lookup::NotInZone;
+            return self.reverse_lookup(name);
         }
         if !self.is_synced() {
             return Lookup::NotReady;
@@ -200,7 +215,13 @@ impl Index {
             Owner::Service(entry, which) => {
                 records::service_records(entry, which, name, rtype, self.ttl)
             }
+            Owner::Reverse(owner) => self.reverse_records(owner, name, rtype),
         }
+    }
+
+    /// Tells of every new serial (each commit), for NOTIFY.
+    pub fn serial_changes(&self) -> watch::Receiver<u32> {
+        self.serials.subscribe()
     }
 
     /// The zone's SOA record; its minimum (and TTL) is the negative-caching TTL.
@@ -258,30 +279,46 @@ impl Index {
             .to_ascii_lowercase()
             .into_boxed_str();
         let namespace: Box<str> = key.namespace.to_ascii_lowercase().into();
+        let service = records_name(&self.zone, &format!("{map_key}.svc"));
         let Some(import) = import else {
-            if self.services.remove(&map_key).is_some() {
+            if let Some((_, old)) = self.services.remove(&map_key) {
                 self.count_namespace(namespace, -1);
+                if let Some(service) = &service {
+                    self.reverse.update(service, Some(&old.import), None);
+                }
             }
             return;
         };
-        if records_name(&self.zone, &format!("{map_key}.svc")).is_none() {
+        let Some(service) = service else {
             warn!(service = %key, "name or namespace is not a valid DNS label; not served");
             return;
-        }
+        };
         let entry = Arc::new(ServiceEntry {
-            import,
+            import: import.clone(),
             cache: RwLock::default(),
         });
-        if self.services.insert(map_key, entry).is_none() {
+        let old = self.services.insert(map_key, entry);
+        if old.is_none() {
             self.count_namespace(namespace, 1);
         }
+        let old = old.as_ref().map(|e| &*e.import);
+        self.reverse.update(&service, old, Some(&import));
     }
 
-    /// Ends a batch of updates: a new SOA serial.
+    /// Ends a batch of updates: a new SOA serial, the clock's unless that
+    /// would not increase it (see [`serial::next`]).
     pub fn commit(&self) {
-        let serial = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = serial::now();
+        let last = self
+            .serial
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                Some(serial::next(last, now))
+            })
+            .unwrap_or_else(|last| last);
+        let serial = serial::next(last, now);
         *self.soa.write().unwrap_or_else(|e| e.into_inner()) =
             soa_record(&self.zone, self.ttl, serial);
+        self.serials.send_replace(serial);
         self.fixed_cache
             .write()
             .unwrap_or_else(|e| e.into_inner())

@@ -22,6 +22,8 @@ pub enum Owner {
     NameServer,
     /// A name under one service.
     Service(Arc<ServiceEntry>, ServiceName),
+    /// A name in a reverse zone.
+    Reverse(super::ReverseOwner),
 }
 
 /// A name under one service.

@@ -9,7 +9,9 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::ServiceEntry;
 use super::names::{ServiceName, dashed};
-use crate::engine::Import;
+use crate::crd::ServicePort;
+use crate::engine::ports::backs;
+use crate::engine::{Import, ImportCluster};
 use crate::model::{ImportType, IpFamily};
 
 /// Records of type `rtype` (`ANY`: all) at `owner`, a name under `entry`.
@@ -33,7 +35,7 @@ pub fn service_records(
             match import.type_ {
                 ImportType::ClusterSetIP => addresses(&mut import.addresses.iter().copied()),
                 ImportType::Headless => {
-                    addresses(&mut local_endpoints(import).map(|(_, ip, _)| ip))
+                    addresses(&mut local_endpoints(import, None).map(|(_, ip, _)| ip))
                 }
             }
             if wants(rtype, RecordType::SRV) {
@@ -56,7 +58,8 @@ pub fn service_records(
         }
         ServiceName::Srv(port) if wants(rtype, RecordType::SRV) => {
             let number = port_number(import, *port);
-            let targets = srv_targets(entry, &service_name(owner, 2));
+            let service = service_name(owner, 2);
+            let targets = srv_targets(entry, &service, &import.ports[*port]);
             let weight = srv_weight(targets.len());
             records.extend(
                 targets
@@ -69,24 +72,27 @@ pub fn service_records(
     records
 }
 
-/// The SRV records on the bare service name: every named port, identical
-/// (target, port) pairs collapsed.
+/// The SRV records on the bare service name: every named port with its
+/// targets, identical (target, port) pairs collapsed.
 fn bare_srv(entry: &ServiceEntry, owner: &Name, service: &Name, ttl: u32) -> Vec<Record> {
     let import = &entry.import;
-    let targets = srv_targets(entry, service);
-    let mut numbers: Vec<u16> = Vec::new();
+    let mut pairs: Vec<(Name, u16)> = Vec::new();
+    let mut seen = HashSet::new();
     for (i, port) in import.ports.iter().enumerate() {
+        if port.name.is_none() {
+            continue;
+        }
         let number = port_number(import, i);
-        if port.name.is_some() && !numbers.contains(&number) {
-            numbers.push(number);
+        for target in srv_targets(entry, service, port) {
+            if seen.insert((target.clone(), number)) {
+                pairs.push((target, number));
+            }
         }
     }
-    // Targets are distinct and so are the numbers: no pair repeats.
-    let weight = srv_weight(numbers.len() * targets.len());
-    numbers
+    let weight = srv_weight(pairs.len());
+    pairs
         .iter()
-        .flat_map(|&port| targets.iter().map(move |t| (t, port)))
-        .map(|(t, port)| srv_record(owner, ttl, weight, port, t))
+        .map(|(t, port)| srv_record(owner, ttl, weight, *port, t))
         .collect()
 }
 
@@ -98,19 +104,18 @@ fn service_name(owner: &Name, below: u8) -> Name {
         .to_lowercase()
 }
 
-/// ClusterSetIP: the service name. Headless: each ready endpoint's per-pod name.
-fn srv_targets(entry: &ServiceEntry, service: &Name) -> Vec<Name> {
+/// The targets of `port`'s SRV records. ClusterSetIP: the service name.
+/// Headless: the per-pod name of each ready endpoint of the clusters that
+/// back the port (KEP-1645 "Service Port": a cluster defining it otherwise
+/// does not serve it).
+fn srv_targets(entry: &ServiceEntry, service: &Name, port: &ServicePort) -> Vec<Name> {
     match entry.import.type_ {
         ImportType::ClusterSetIP => vec![service.clone()],
         ImportType::Headless => {
             let mut seen = HashSet::new();
-            local_endpoints(&entry.import)
+            local_endpoints(&entry.import, Some(port))
                 .filter_map(|(cluster, ip, host)| {
-                    let host = host.map_or_else(|| dashed(&ip), str::to_owned);
-                    let name = Name::from_ascii(format!("{host}.{cluster}"))
-                        .ok()?
-                        .append_domain(service)
-                        .ok()?;
+                    let name = pod_name(service, cluster, ip, host)?;
                     seen.insert(name.clone()).then_some(name)
                 })
                 .collect()
@@ -118,9 +123,29 @@ fn srv_targets(entry: &ServiceEntry, service: &Name) -> Vec<Name> {
     }
 }
 
-/// (cluster, address, hostname) of every ready endpoint in the local families.
-fn local_endpoints(import: &Import) -> impl Iterator<Item = (&str, IpAddr, Option<&str>)> {
-    import.clusters.iter().flat_map(move |c| {
+/// `<host>.<cluster>.<service>`: the per-pod name of an endpoint of
+/// `service` (its hostname, else its dashed address); None if not valid DNS.
+pub(super) fn pod_name(
+    service: &Name,
+    cluster: &str,
+    ip: IpAddr,
+    host: Option<&str>,
+) -> Option<Name> {
+    let host = host.map_or_else(|| dashed(&ip), str::to_owned);
+    Name::from_ascii(format!("{host}.{cluster}"))
+        .ok()?
+        .append_domain(service)
+        .ok()
+}
+
+/// (cluster, address, hostname) of every ready endpoint in the local
+/// families, of the clusters backing `port` when one is given.
+pub(super) fn local_endpoints<'a>(
+    import: &'a Import,
+    port: Option<&'a ServicePort>,
+) -> impl Iterator<Item = (&'a str, IpAddr, Option<&'a str>)> {
+    let backing = move |c: &&ImportCluster| port.is_none_or(|p| backs(&c.ports, p));
+    import.clusters.iter().filter(backing).flat_map(move |c| {
         c.endpoints
             .iter()
             .filter(|e| import.local_families.contains(&IpFamily::of(&e.address)))

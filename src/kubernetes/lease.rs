@@ -1,8 +1,12 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's
-//! leaderelection does it: the holder renews every third of the lease
-//! duration; another replica takes over once a renewal is a full duration
-//! late; every write carries the `resourceVersion` it read, so two replicas
-//! never both win. Only the leader writes; every replica serves DNS.
+//! leaderelection does it: the holder renews every sixth of the lease
+//! duration; another replica takes over once the record has not changed for a
+//! full duration *as it observed it* (on its own monotonic clock, so a holder
+//! whose clock is skewed is neither overthrown early nor kept forever); the
+//! leader stops leading when it could not renew within the renew deadline,
+//! two thirds of the duration, before anyone else may take over. Every write
+//! carries the `resourceVersion` it read, so two replicas never both win.
+//! Only the leader writes; every replica serves DNS.
 
 use std::time::Duration;
 
@@ -12,10 +16,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::api::conflict_is_false;
+use super::api::{conflict_is_false, is_code};
+use super::observed::Observed;
 use crate::metrics::Metrics;
 
 /// Name of the Lease in the lease namespace.
@@ -26,6 +32,8 @@ pub struct Candidate {
     api: Api<Lease>,
     identity: String,
     duration: Duration,
+    /// The Lease as last read or written, and since when (this replica's clock).
+    observed: Option<Observed<Option<LeaseSpec>>>,
 }
 
 impl Candidate {
@@ -35,40 +43,64 @@ impl Candidate {
             api: Api::namespaced(client, namespace),
             identity,
             duration,
+            observed: None,
         }
+    }
+
+    /// How often the Lease is read (and renewed by its holder).
+    pub fn retry_period(&self) -> Duration {
+        self.duration / 6
+    }
+
+    /// How long the leader keeps leading without a successful renewal.
+    pub fn renew_deadline(&self) -> Duration {
+        self.duration * 2 / 3
     }
 
     /// Campaigns until `shutdown`, publishing whether this replica leads on
     /// `leading`; gives the Lease up on the way out.
     pub async fn run(
-        self,
+        mut self,
         leading: watch::Sender<bool>,
         shutdown: CancellationToken,
         metrics: &Metrics,
     ) {
-        let mut last_renewal = None::<tokio::time::Instant>;
+        let mut renewed = None::<Instant>;
         loop {
-            let held = match self.try_acquire_or_renew().await {
-                Ok(held) => held,
-                Err(error) => {
+            let deadline = renewed.map(|at| at + self.renew_deadline());
+            let limit = deadline.unwrap_or_else(|| Instant::now() + self.renew_deadline());
+            let round = tokio::time::timeout_at(limit, self.try_acquire_or_renew()).await;
+            let now = Instant::now();
+            match round {
+                Ok(Ok(true)) => renewed = Some(now),
+                Ok(Ok(false)) => renewed = None,
+                Ok(Err(error)) => {
                     metrics.api_write("Lease", "error");
                     warn!(error = %error, lease = LEASE_NAME, "cannot read or renew the leader Lease");
-                    // Keep leading until the lease would have expired for the others.
-                    last_renewal.is_some_and(|at| at.elapsed() < self.duration)
                 }
-            };
-            if held {
-                last_renewal = Some(tokio::time::Instant::now());
-            } else {
-                last_renewal = None;
+                Err(_) => {
+                    metrics.api_write("Lease", "error");
+                    warn!(
+                        lease = LEASE_NAME,
+                        "reading or renewing the leader Lease timed out"
+                    );
+                }
             }
+            let deadline = renewed.map(|at| at + self.renew_deadline());
+            if deadline.is_some_and(|d| now >= d) {
+                renewed = None;
+            }
+            let held = renewed.is_some();
             if *leading.borrow() != held {
                 info!(identity = %self.identity, leading = held, "leadership changed");
                 leading.send_replace(held);
             }
+            // A leader failing to renew wakes at its deadline to step down on time.
+            let next =
+                (now + self.retry_period()).min(deadline.unwrap_or(Instant::now() + self.duration));
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(self.duration / 3) => {}
+                () = tokio::time::sleep_until(next) => {}
             }
         }
         if *leading.borrow() {
@@ -81,7 +113,7 @@ impl Candidate {
     }
 
     /// One round: true if this replica holds the Lease afterwards.
-    async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let now = MicroTime(Timestamp::now());
         let seconds = i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX);
         let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
@@ -99,17 +131,23 @@ impl Candidate {
                     ..LeaseSpec::default()
                 }),
             };
-            return conflict_is_false(self.api.create(&PostParams::default(), &lease).await);
+            return self.write(self.api.create(&PostParams::default(), &lease).await);
         };
+        let read_at = Instant::now();
+        match &mut self.observed {
+            Some(observed) => observed.update(lease.spec.clone(), read_at),
+            None => self.observed = Some(Observed::new(lease.spec.clone(), read_at)),
+        }
+        let unchanged_for = self
+            .observed
+            .as_ref()
+            .map_or(Duration::ZERO, |o| o.unchanged_for(read_at));
         let spec = lease.spec.get_or_insert_default();
         let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty());
         if holder != Some(self.identity.as_str()) {
-            let expires = spec.renew_time.as_ref().and_then(|MicroTime(t)| {
-                let lasts = spec.lease_duration_seconds.unwrap_or(seconds);
-                t.checked_add(jiff::SignedDuration::from_secs(i64::from(lasts)))
-                    .ok()
-            });
-            if holder.is_some() && expires.is_some_and(|e| e > now.0) {
+            let lasts = spec.lease_duration_seconds.unwrap_or(seconds);
+            let lasts = Duration::from_secs(u64::try_from(lasts).unwrap_or(0));
+            if holder.is_some() && unchanged_for < lasts {
                 return Ok(false);
             }
             spec.holder_identity = Some(self.identity.clone());
@@ -118,11 +156,23 @@ impl Candidate {
         }
         spec.lease_duration_seconds = Some(seconds);
         spec.renew_time = Some(now);
-        conflict_is_false(
-            self.api
-                .replace(LEASE_NAME, &PostParams::default(), &lease)
-                .await,
-        )
+        let written = self
+            .api
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await;
+        self.write(written)
+    }
+
+    /// The outcome of writing the Lease; what was written is now the observed record.
+    fn write(&mut self, written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+        match written {
+            Ok(lease) => {
+                self.observed = Some(Observed::new(lease.spec, Instant::now()));
+                Ok(true)
+            }
+            Err(e) if is_code(&e, 409) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Gives the Lease up so another replica takes over at once.

@@ -11,10 +11,13 @@
 
 pub mod api;
 pub mod facts;
+pub mod heartbeat;
 pub mod lease;
 pub mod objects;
+pub mod observed;
 pub mod owned;
 pub mod queue;
+pub mod slices;
 pub mod vip_claims;
 pub mod writer;
 
@@ -26,6 +29,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -50,6 +54,7 @@ use crate::model::{Change, ClusterId, ExportAge, Object, ServiceKey};
 use crate::serve::{Outputs, Reconciler};
 use crate::source::convert;
 use facts::{Facts, Reader};
+use heartbeat::{Heartbeat, Liveness};
 use lease::Candidate;
 use objects::Role;
 use owned::Owned;
@@ -222,6 +227,7 @@ pub async fn follow(
     let settings = EngineSettings {
         vip_source: VipSource::Assigned,
         local_cluster: Some(connection.cluster.clone()),
+        namespaces_known: true,
         ..clusterset.engine_settings()
     };
     let (batches, mut incoming) = mpsc::unbounded_channel();
@@ -240,6 +246,7 @@ pub async fn follow(
     let (synced_tx, synced_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
     ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
+    ctx.heartbeats(leading_rx.clone());
     ctx.resync_when_leading(caches, synced_rx, leading_rx);
     let candidate = Candidate::new(
         ctx.connection.local.clone(),
@@ -276,7 +283,17 @@ pub async fn follow(
             }
             changes.extend(b.changes);
         }
-        let keys: Vec<ServiceKey> = changes.iter().map(|c| c.service().clone()).collect();
+        let mut keys: Vec<ServiceKey> = changes
+            .iter()
+            .filter_map(|c| c.service().cloned())
+            .collect();
+        let judged: Vec<ClusterId> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Live(cluster, _) => Some(cluster.clone()),
+                _ => None,
+            })
+            .collect();
         {
             let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
             if !*synced_tx.borrow() && waiting.is_empty() {
@@ -285,6 +302,9 @@ pub async fn follow(
                 synced_tx.send_replace(true);
             } else {
                 state.apply(changes);
+            }
+            for cluster in &judged {
+                keys.extend(state.engine().services_of(cluster));
             }
         }
         for key in keys {
@@ -297,7 +317,8 @@ pub async fn follow(
 }
 
 /// The watches whose events are facts for the engine (the first sync waits for all).
-const FACT_SOURCES: [&str; 5] = [
+const FACT_SOURCES: [&str; 6] = [
+    "namespaces",
     "services",
     "serviceexports",
     "endpointslices",
@@ -470,14 +491,7 @@ impl Controller {
             {
                 queue.add(key);
             }
-            let delta = facts.on_event(event);
-            if !delta.changes.is_empty() || delta.synced {
-                let _ = batches.send(Batch {
-                    resource,
-                    changes: delta.changes,
-                    synced: delta.synced,
-                });
-            }
+            forward(&batches, resource, facts.on_event(event));
         });
     }
 
@@ -516,7 +530,8 @@ impl Controller {
         });
     }
 
-    /// Namespaces, cached; a namespace appearing queues its services.
+    /// Namespaces, cached: facts for the engine (a namespace being deleted
+    /// counts as gone), and a namespace appearing queues its services.
     fn watch_namespaces(
         &mut self,
         api: Api<Namespace>,
@@ -524,19 +539,28 @@ impl Controller {
     ) {
         let queue = self.queue.clone();
         let state = self.state.clone();
+        let batches = self.batches.clone();
+        let mut facts = Facts::new(Box::new(|ns: &Namespace| {
+            let present = ns.metadata.deletion_timestamp.is_none();
+            Ok(present
+                .then(|| Change::Namespace(ns.name_any().into(), true))
+                .into_iter()
+                .collect())
+        }));
         self.spawn_watch(
             api,
             watcher::Config::default(),
             "namespaces",
             Some(cache),
             move |event| {
-                if let Event::Apply(ns) = event {
+                if let Event::Apply(ns) = &event {
                     let name = ns.name_any();
                     let state = state.lock().unwrap_or_else(|e| e.into_inner());
                     for key in state.engine().keys().filter(|k| *k.namespace == *name) {
                         queue.add(key.clone());
                     }
                 }
+                forward(&batches, "namespaces", facts.on_event(event));
             },
         );
     }
@@ -601,6 +625,72 @@ impl Controller {
                         warn!(%source, error = %error, "watch failed; retrying");
                     }
                     None => break,
+                }
+            }
+        });
+    }
+
+    /// Renews this cluster's heartbeat while this replica leads, and judges
+    /// every other cluster's (see [`heartbeat`]).
+    fn heartbeats(&mut self, mut leading: watch::Receiver<bool>) {
+        let timeout = Duration::from_secs(self.args.cluster_timeout.max(1));
+        let cluster = self.connection.cluster.clone();
+        let broker = self.connection.broker.clone();
+        let namespace = self.args.broker_namespace.clone();
+        let beat = Heartbeat::new(broker.clone(), &namespace, cluster.clone(), timeout);
+        let metrics = self.metrics.clone();
+        self.tasks.spawn(async move {
+            while leading.wait_for(|l| *l).await.is_ok() {
+                let result = match beat.renew().await {
+                    Ok(true) => "updated",
+                    Ok(false) => "conflict",
+                    Err(error) => {
+                        warn!(%error, "cannot renew this cluster's heartbeat on the broker");
+                        "error"
+                    }
+                };
+                metrics.api_write("HeartbeatLease", result);
+                tokio::time::sleep(beat.period()).await;
+            }
+        });
+
+        let liveness = Arc::new(Mutex::new(Liveness::new(cluster, timeout)));
+        let seen = liveness.clone();
+        self.spawn_watch(
+            Api::<Lease>::namespaced(broker, &namespace),
+            watcher::Config::default().labels(heartbeat::SELECTOR),
+            "broker/leases",
+            None,
+            move |event| {
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                seen.on_event(&event, tokio::time::Instant::now());
+            },
+        );
+        let (batches, metrics) = (self.batches.clone(), self.metrics.clone());
+        self.tasks.spawn(async move {
+            let mut tick = tokio::time::interval((timeout / 4).min(Duration::from_secs(1)));
+            loop {
+                tick.tick().await;
+                let changes = {
+                    let mut liveness = liveness.lock().unwrap_or_else(|e| e.into_inner());
+                    let changes = liveness.judge(tokio::time::Instant::now());
+                    for (cluster, live) in liveness.verdicts() {
+                        metrics.set_cluster_live(cluster, live);
+                    }
+                    changes
+                };
+                for change in &changes {
+                    if let Change::Live(cluster, live) = change {
+                        info!(%cluster, live, "cluster heartbeat verdict changed");
+                    }
+                }
+                let batch = Batch {
+                    resource: "broker/leases",
+                    changes,
+                    synced: false,
+                };
+                if !batch.changes.is_empty() && batches.send(batch).is_err() {
+                    return;
                 }
             }
         });
@@ -708,6 +798,17 @@ impl Controller {
                     () = tokio::time::sleep(RESYNC) => {}
                 }
             }
+        });
+    }
+}
+
+/// Sends what one event of a watch meant to the engine loop, if anything.
+fn forward(batches: &mpsc::UnboundedSender<Batch>, resource: &'static str, delta: facts::Delta) {
+    if !delta.changes.is_empty() || delta.synced {
+        let _ = batches.send(Batch {
+            resource,
+            changes: delta.changes,
+            synced: delta.synced,
         });
     }
 }

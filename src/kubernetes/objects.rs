@@ -11,7 +11,7 @@
 //! - the EndpointSlices of every exporting cluster.
 //!
 //! In each member cluster: the ServiceImport of every import (in its namespace)
-//! and EndpointSlices mirrored from the other clusters.
+//! and the MCS EndpointSlices of every exporting cluster, its own included.
 //!
 //! Identity always comes from labels, never from parsing names.
 
@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
+use crate::engine::Import;
+use crate::engine::ports::port_text;
 use crate::model::{
     ClusterId, ExportAge, ExportInfo, Exported, ImportType, IpFamily, SESSION_AFFINITIES,
     ServiceInfo, ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
@@ -47,6 +49,9 @@ pub const LABEL_ROLE: &str = "clusterset-dns.io/role";
 pub const ANNOTATION_SOURCE_SLICE: &str = "clusterset-dns.io/source-slice";
 /// Annotation of a broker export record: everything that has no spec field.
 pub const ANNOTATION_EXPORT: &str = "clusterset-dns.io/export";
+/// Annotation of a member's ServiceImport: the import's ports each exporting
+/// cluster backs, as JSON (`{"east":["tcp:42/TCP"],"west":[]}`).
+pub const ANNOTATION_CLUSTER_PORTS: &str = "clusterset-dns.io/cluster-ports";
 /// Label selector of the objects this controller writes in member clusters.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=clusterset-dns.io";
 /// Label selector of the EndpointSlices this controller writes.
@@ -149,7 +154,7 @@ pub fn broker_slice_name(key: &ServiceKey, cluster: &str, slice: &str) -> String
     )
 }
 
-/// Name of the member-cluster mirror of another cluster's EndpointSlice.
+/// Name of a member's MCS EndpointSlice copying a cluster's published slice.
 pub fn mirror_slice_name(key: &ServiceKey, cluster: &str, slice: &str) -> String {
     hashed_name(&format!("{}-{cluster}", key.name), &[cluster, slice])
 }
@@ -307,6 +312,16 @@ pub fn vip_record(key: &ServiceKey, vips: &[IpAddr]) -> ServiceImport {
         },
         status: None,
     }
+}
+
+/// The [`ANNOTATION_CLUSTER_PORTS`] value of an import.
+pub fn cluster_ports(import: &Import) -> String {
+    let backed: BTreeMap<&str, Vec<String>> = import
+        .clusters
+        .iter()
+        .map(|c| (&*c.cluster, c.ports.iter().map(port_text).collect()))
+        .collect();
+    serde_json::to_string(&backed).expect("strings serialize")
 }
 
 /// The VIPs of a broker VIP agreement (unparsable entries skipped).

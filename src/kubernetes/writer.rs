@@ -7,9 +7,10 @@
 //! Per service, this cluster writes:
 //! - to the broker: its export record and EndpointSlices (while it exports
 //!   validly), and the VIP record and claims (see [`super::vip_claims`]);
-//! - locally: the ServiceImport and the EndpointSlices mirrored from the other
-//!   clusters (while the import exists and the namespace does), and the
-//!   ServiceExport's conditions.
+//! - locally: the ServiceImport and, owned by it, an MCS EndpointSlice set
+//!   for every exporting cluster, this one included, carrying only the ports
+//!   that cluster backs (see [`super::slices`]), while the import exists and
+//!   the namespace does; and the ServiceExport's conditions.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -30,13 +31,14 @@ use serde_json::json;
 use super::api::{delete_if_unchanged, is_code};
 use super::objects::{self, LABEL_MANAGED_BY, MANAGER};
 use super::owned::Owned;
+use super::slices;
 use super::vip_claims::{ClaimError, VipClaims};
 use crate::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::crd::{ClusterStatus, ServiceImportStatus};
 use crate::engine::conditions::Condition;
 use crate::engine::{Aggregate, ClusterInputs, Import, PerCluster};
 use crate::metrics::Metrics;
-use crate::model::{ClusterId, Endpoint, ImportType, IpFamily, ServiceKey, ServiceKind, SliceInfo};
+use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind};
 use crate::serve::Reconciler;
 
 /// How many VIP candidates per family a claim round tries.
@@ -132,7 +134,11 @@ impl Writer {
         let snapshot = self.snapshot(key);
         self.broker_export(key, &snapshot).await?;
         self.broker_slices(key, &snapshot).await?;
-        self.vips(key, &snapshot).await?;
+        if self.vips(key, &snapshot).await? {
+            // The engine learns the VIPs from the record's watch event, which
+            // queues the service again; writing the import now would drop them.
+            return Ok(());
+        }
         let import = snapshot
             .aggregate
             .as_ref()
@@ -143,8 +149,8 @@ impl Writer {
             .get(&ObjectRef::new(&key.namespace))
             .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none());
         let import = import.filter(|_| namespace_exists);
-        self.local_import(key, import).await?;
-        self.local_slices(key, import, &snapshot).await?;
+        let uid = self.local_import(key, import).await?;
+        self.local_slices(key, import.zip(uid), &snapshot).await?;
         self.export_status(key, &snapshot).await?;
         Ok(())
     }
@@ -160,11 +166,24 @@ impl Writer {
             .map(|i| i.ip_families.clone())
             .unwrap_or_default();
         let vips = engine.vips();
+        // The VIPs this cluster's ServiceImport carries come first: after the
+        // broker lost its records (wiped, or restored from an old backup) the
+        // clusterset re-claims the same addresses, so connections survive.
+        let previous: Vec<IpAddr> = self
+            .caches
+            .local_imports
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+            .map(|i| i.spec.ips.iter().filter_map(|ip| ip.parse().ok()).collect())
+            .unwrap_or_default();
         let candidates = needs
             .into_iter()
             .map(|family| {
-                let free = vips
-                    .candidates(key, family)
+                let previous = previous
+                    .iter()
+                    .copied()
+                    .filter(|ip| IpFamily::of(ip) == family && vips.pools().contains(ip));
+                let free = previous
+                    .chain(vips.candidates(key, family))
                     .filter(|ip| vips.holder(ip).is_none_or(|h| h == key))
                     .take(CANDIDATES)
                     .collect();
@@ -215,41 +234,15 @@ impl Writer {
             d.spec == a.spec && d.annotations() == a.annotations()
         })
         .await
+        .map(drop)
     }
 
     async fn broker_slices(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
         let cluster = &self.settings.cluster;
         let mut desired: BTreeMap<String, EndpointSlice> = BTreeMap::new();
         if let Some((export, service, inputs)) = self.local_export(snapshot) {
-            let pod_ips = export.pod_ips.unwrap_or(self.settings.pod_ips);
-            let copies: Vec<(String, Arc<SliceInfo>)> =
-                if service.kind == ServiceKind::ClusterIp && !pod_ips {
-                    // One slice per family holding the Service's ClusterIP and ports.
-                    service
-                        .cluster_ips
-                        .iter()
-                        .map(|ip| {
-                            let endpoint = Endpoint {
-                                address: *ip,
-                                hostname: None,
-                                ready: true,
-                            };
-                            let slice = SliceInfo {
-                                endpoints: vec![endpoint],
-                                ports: service.ports.to_vec(),
-                            };
-                            (format!("clusterip-{}", IpFamily::of(ip)), Arc::new(slice))
-                        })
-                        .collect()
-                } else {
-                    inputs
-                        .slices
-                        .iter()
-                        .filter(|(_, s)| !s.endpoints.is_empty())
-                        .map(|(name, s)| (name.to_string(), s.clone()))
-                        .collect()
-                };
-            for (source, info) in copies {
+            for (source, info) in slices::published(export, service, inputs, self.settings.pod_ips)
+            {
                 let name = objects::broker_slice_name(key, cluster, &source);
                 let mut slice = objects::slice_object(name.clone(), None, key, cluster, &info);
                 slice
@@ -265,7 +258,9 @@ impl Writer {
             .await
     }
 
-    async fn vips(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+    /// Settles the VIPs of `key` on the broker; true if it claimed some the
+    /// engine does not know yet.
+    async fn vips(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<bool, WriteError> {
         let import = snapshot
             .aggregate
             .as_ref()
@@ -289,7 +284,7 @@ impl Writer {
                 self.metrics.api_write("VipClaim", "settled");
                 tracing::debug!(service = %key, ?vips, "VIPs settled");
             }
-            return Ok(());
+            return Ok(!have);
         }
         let record =
             ObjectRef::new(&objects::vip_record_name(key)).within(&self.settings.broker_namespace);
@@ -299,26 +294,28 @@ impl Writer {
             self.claims.release(key).await?;
             self.metrics.api_write("VipClaim", "released");
         }
-        Ok(())
+        Ok(false)
     }
 
+    /// Writes the member's ServiceImport; returns its `uid` while it exists.
     async fn local_import(
         &self,
         key: &ServiceKey,
         import: Option<&Import>,
-    ) -> Result<(), WriteError> {
+    ) -> Result<Option<String>, WriteError> {
         let api: Api<ServiceImport> = Api::namespaced(self.local.clone(), &key.namespace);
         let actual = self
             .caches
             .local_imports
             .get(&ObjectRef::new(&key.name).within(&key.namespace));
         let desired = import.map(|import| local_import(key, import));
-        self.ensure(&api, &key.name, desired, actual.clone(), |d, a| {
-            d.spec == a.spec && d.labels() == a.labels() && d.annotations() == a.annotations()
-        })
-        .await?;
+        let uid = self
+            .ensure(&api, &key.name, desired, actual.clone(), |d, a| {
+                d.spec == a.spec && d.labels() == a.labels() && d.annotations() == a.annotations()
+            })
+            .await?;
         let Some(import) = import else {
-            return Ok(());
+            return Ok(uid);
         };
         let old = actual
             .as_ref()
@@ -335,38 +332,38 @@ impl Writer {
             conditions: conditions(std::slice::from_ref(&*import.ready), &old.conditions),
         };
         if actual.is_none() || status != old {
-            self.patch_status(&api, &key.name, &status).await?;
+            // Spelled out: a merge patch must carry an emptied list (every
+            // exporting cluster dead) as `[]`, which serde would leave out.
+            let patch = json!({ "clusters": status.clusters, "conditions": status.conditions });
+            self.patch_status(&api, &key.name, &patch).await?;
         }
-        Ok(())
+        Ok(uid)
     }
 
+    /// The member's MCS EndpointSlices: every exporting cluster's, this one
+    /// included, owned by the ServiceImport whose `uid` is given.
     async fn local_slices(
         &self,
         key: &ServiceKey,
-        import: Option<&Import>,
+        import: Option<(&Import, String)>,
         snapshot: &Snapshot,
     ) -> Result<(), WriteError> {
         let mut desired = BTreeMap::new();
-        for cluster in import.iter().flat_map(|i| &i.clusters) {
-            if cluster.cluster == self.settings.cluster {
-                continue;
-            }
-            let Some(inputs) = snapshot.inputs.get(&cluster.cluster) else {
-                continue;
-            };
-            for (source, slice) in &inputs.slices {
-                if slice.endpoints.is_empty() {
-                    continue;
+        if let Some((import, uid)) = import {
+            let owner = slices::import_owner(key, uid);
+            let own = self
+                .local_export(snapshot)
+                .map(|(export, service, inputs)| {
+                    slices::published(export, service, inputs, self.settings.pod_ips)
+                });
+            for cluster in &import.clusters {
+                if cluster.cluster == self.settings.cluster {
+                    let sources = own.iter().flatten().map(|(n, s)| (n.as_str(), s));
+                    desired.extend(slices::member_slices(key, cluster, sources, &owner));
+                } else if let Some(inputs) = snapshot.inputs.get(&cluster.cluster) {
+                    let sources = inputs.slices.iter().map(|(n, s)| (&**n, s));
+                    desired.extend(slices::member_slices(key, cluster, sources, &owner));
                 }
-                let name = objects::mirror_slice_name(key, &cluster.cluster, source);
-                let object = objects::slice_object(
-                    name.clone(),
-                    Some(key.namespace.to_string()),
-                    key,
-                    &cluster.cluster,
-                    slice,
-                );
-                desired.insert(name, object);
             }
         }
         let api = Api::namespaced(self.local.clone(), &key.namespace);
@@ -434,7 +431,8 @@ impl Writer {
     }
 
     /// Creates, replaces or deletes one object so that it matches `desired`
-    /// (`same` compares the parts this controller owns).
+    /// (`same` compares the parts this controller owns). Returns the `uid` of
+    /// the object as it now is (`None`: there is none).
     async fn ensure<K>(
         &self,
         api: &Api<K>,
@@ -442,14 +440,14 @@ impl Writer {
         desired: Option<K>,
         actual: Option<Arc<K>>,
         same: impl Fn(&K, &K) -> bool,
-    ) -> Result<(), WriteError>
+    ) -> Result<Option<String>, WriteError>
     where
         K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
     {
         let kind = K::kind(&());
         let result = match (desired, actual) {
-            (None, None) => return Ok(()),
-            (Some(d), Some(a)) if same(&d, &a) => return Ok(()),
+            (None, None) => return Ok(None),
+            (Some(d), Some(a)) if same(&d, &a) => return Ok(a.meta().uid.clone()),
             (None, Some(actual)) => {
                 if actual.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGER)
                     && actual
@@ -458,11 +456,11 @@ impl Writer {
                         .map(String::as_str)
                         != Some(MANAGER)
                 {
-                    return Ok(());
+                    return Ok(None);
                 }
                 match api.delete(name, &delete_if_unchanged(actual.meta())).await {
-                    Err(e) if is_code(&e, 404) => Ok("deleted"),
-                    other => other.map(|_| "deleted"),
+                    Err(e) if is_code(&e, 404) => Ok(("deleted", None)),
+                    other => other.map(|_| ("deleted", None)),
                 }
             }
             (Some(desired), None) => match api.create(&PostParams::default(), &desired).await {
@@ -471,14 +469,14 @@ impl Writer {
                     let current = api.get(name).await?;
                     self.replace(api, name, desired, &current, &same).await
                 }
-                other => other.map(|_| "created"),
+                other => other.map(|created| ("created", created.meta().uid.clone())),
             },
             (Some(desired), Some(actual)) => self.replace(api, name, desired, &actual, &same).await,
         };
         match result {
-            Ok(outcome) => {
+            Ok((outcome, uid)) => {
                 self.metrics.api_write(kind.as_ref(), outcome);
-                Ok(())
+                Ok(uid)
             }
             Err(e) => {
                 let outcome = if is_code(&e, 409) {
@@ -499,17 +497,17 @@ impl Writer {
         mut desired: K,
         current: &K,
         same: &impl Fn(&K, &K) -> bool,
-    ) -> Result<&'static str, kube::Error>
+    ) -> Result<(&'static str, Option<String>), kube::Error>
     where
         K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
     {
         if same(&desired, current) {
-            return Ok("unchanged");
+            return Ok(("unchanged", current.meta().uid.clone()));
         }
         desired.meta_mut().resource_version = current.meta().resource_version.clone();
         api.replace(name, &PostParams::default(), &desired)
             .await
-            .map(|_| "updated")
+            .map(|replaced| ("updated", replaced.meta().uid.clone()))
     }
 
     async fn patch_status<K, S>(
@@ -564,12 +562,18 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
     );
     object.metadata.namespace = Some(key.namespace.to_string());
     object.metadata.labels = Some(labels);
-    object.metadata.annotations = Some(import.exported.annotations.clone());
+    let mut annotations = import.exported.annotations.clone();
+    annotations.insert(
+        objects::ANNOTATION_CLUSTER_PORTS.into(),
+        objects::cluster_ports(import),
+    );
+    object.metadata.annotations = Some(annotations);
     object
 }
 
 fn same_slice(desired: &EndpointSlice, actual: &EndpointSlice) -> bool {
     desired.address_type == actual.address_type
+        && desired.owner_references() == actual.owner_references()
         && desired.endpoints == actual.endpoints
         && desired.ports == actual.ports
         && desired.labels() == actual.labels()

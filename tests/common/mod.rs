@@ -6,11 +6,15 @@
 pub mod client;
 pub mod manifests;
 pub mod ops_http;
+pub mod secondary;
 pub mod server;
 pub mod status;
+pub mod transfer;
 
 pub use client::*;
 pub use manifests::*;
 pub use ops_http::*;
+pub use secondary::*;
 pub use server::*;
 pub use status::*;
+pub use transfer::*;

@@ -160,7 +160,7 @@ impl Drop for Binary {
 }
 
 /// A port free for both UDP and TCP on 127.0.0.1 right now.
-fn free_port() -> SocketAddr {
+pub fn free_port() -> SocketAddr {
     loop {
         let udp = UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
         let addr = udp.local_addr().expect("bound");

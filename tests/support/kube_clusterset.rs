@@ -145,6 +145,30 @@ impl KubeClusterset {
         server.shutdown().await;
     }
 
+    /// Stops replica `r` of member `i` at once, as a crash would: nothing
+    /// is released, its heartbeat and Lease just stop being renewed.
+    pub fn kill_replica(&mut self, i: usize, r: usize) {
+        drop(self.members[i].servers.remove(r));
+    }
+
+    /// Deletes every object in the broker namespace, as a lost broker would.
+    pub fn wipe_broker(&self) {
+        let kinds = [
+            ("multicluster.x-k8s.io", "serviceimports"),
+            ("discovery.k8s.io", "endpointslices"),
+            ("", "configmaps"),
+            ("coordination.k8s.io", "leases"),
+        ];
+        for (group, plural) in kinds {
+            for object in self.broker_objects(group, plural) {
+                let name = object["metadata"]["name"].as_str().unwrap();
+                self.broker
+                    .remove_raw(group, plural, Some(BROKER_NAMESPACE), name);
+            }
+            assert!(self.broker_objects(group, plural).is_empty());
+        }
+    }
+
     /// The member with this id.
     pub fn member(&self, id: &str) -> &Member {
         self.members
@@ -215,21 +239,27 @@ impl KubeClusterset {
             .unwrap_or_default()
     }
 
-    /// The MCS EndpointSlices of a service in a member: `(source cluster, addresses)`.
-    pub fn mcs_slices(&self, id: &str, ns: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {
+    /// The MCS EndpointSlices of a service in a member (those with its
+    /// `multicluster.kubernetes.io/service-name` label).
+    pub fn mcs_slice_objects(&self, id: &str, ns: &str, service: &str) -> Vec<EndpointSlice> {
         self.member(id)
             .api
             .list::<EndpointSlice>(Some(ns))
             .into_iter()
+            .filter(|s| {
+                let labels = s.metadata.labels.as_ref();
+                labels.and_then(|l| l.get("multicluster.kubernetes.io/service-name"))
+                    == Some(&service.to_owned())
+            })
+            .collect()
+    }
+
+    /// The MCS EndpointSlices of a service in a member: `(source cluster, addresses)`.
+    pub fn mcs_slices(&self, id: &str, ns: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {
+        self.mcs_slice_objects(id, ns, service)
+            .into_iter()
             .filter_map(|s| {
                 let labels = s.metadata.labels.clone().unwrap_or_default();
-                if labels
-                    .get("multicluster.kubernetes.io/service-name")
-                    .map(String::as_str)
-                    != Some(service)
-                {
-                    return None;
-                }
                 assert_eq!(
                     labels
                         .get("endpointslice.kubernetes.io/managed-by")

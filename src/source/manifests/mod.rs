@@ -281,7 +281,9 @@ fn change_order(change: &Change) -> (&ClusterId, &ServiceKey, ObjectRef, bool) {
     match change {
         Change::Delete(cluster, key, r) => (cluster, key, r.clone(), false),
         Change::Upsert(cluster, key, obj) => (cluster, key, obj.reference(), true),
-        Change::Vips(..) => unreachable!("manifests carry no VIP agreements"),
+        Change::Vips(..) | Change::Live(..) | Change::Namespace(..) => {
+            unreachable!("manifests carry no VIP agreements, heartbeats or namespaces")
+        }
     }
 }
 
@@ -317,6 +319,8 @@ mod tests {
                 Change::Upsert(cl, k, o) => format!("U {cl} {k} {}", r(&o.reference())),
                 Change::Delete(cl, k, o) => format!("D {cl} {k} {}", r(o)),
                 Change::Vips(k, ips) => format!("V {k} {ips:?}"),
+                Change::Live(cl, live) => format!("L {cl} {live}"),
+                Change::Namespace(ns, exists) => format!("N {ns} {exists}"),
             })
             .collect()
     }

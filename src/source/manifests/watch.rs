@@ -183,6 +183,8 @@ mod tests {
                 Change::Upsert(cl, k, _) => format!("U {cl} {k}"),
                 Change::Delete(cl, k, _) => format!("D {cl} {k}"),
                 Change::Vips(k, _) => format!("V {k}"),
+                Change::Live(cl, live) => format!("L {cl} {live}"),
+                Change::Namespace(ns, _) => format!("N {ns}"),
             })
             .collect()
     }

@@ -122,8 +122,11 @@
 //! - One `resourceVersion` sequence per server; `limit` pages are exact (the real
 //!   one may return fewer items per page when selectors filter).
 //! - Unregistering the last version of a resource drops its objects without
-//!   events. `propagationPolicy`, `gracePeriodSeconds` and owner references
-//!   (garbage collection) are ignored.
+//!   events. `propagationPolicy` and `gracePeriodSeconds` are ignored.
+//! - Garbage collection is synchronous and always in the background style: a
+//!   DELETE that removes an object (no finalizers) also deletes the objects of
+//!   its namespace whose `ownerReferences` name its `uid`; an owner removed
+//!   once its finalizers are gone leaves its dependents alone.
 //! - A `resourceVersion` newer than the server's answers 504 `Timeout`
 //!   ("Too large resource version") at once instead of waiting 3 s first.
 //! - History is kept for the last [`FakeApiServer::set_history_limit`] changes

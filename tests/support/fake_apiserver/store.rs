@@ -3,7 +3,7 @@
 //! entry and its fan-out to watchers are atomic and totally ordered (as etcd
 //! revisions are).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -897,7 +897,40 @@ impl Store {
             return Ok(self.commit(&gr, ChangeKind::Modified, Some(old), new));
         }
         self.commit(&gr, ChangeKind::Deleted, Some(old.clone()), old.clone());
+        self.collect_dependents(&old);
         Ok(old)
+    }
+
+    /// Garbage collection, synchronously (background propagation): the
+    /// objects of the owner's namespace naming its `uid` in their
+    /// `ownerReferences` are deleted with it.
+    fn collect_dependents(&mut self, owner: &Value) {
+        let Some(uid) = meta_str(owner, "uid").map(str::to_owned) else {
+            return;
+        };
+        let ns = meta_str(owner, "namespace").unwrap_or_default().to_owned();
+        let owned = |v: &Value| {
+            v.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
+        };
+        let mut seen = HashSet::new();
+        let mut dependents = Vec::new();
+        for rt in self.resources.iter().filter(|rt| seen.insert(rt.gr())) {
+            let Some(objects) = self.objects.get(&rt.gr()) else {
+                continue;
+            };
+            dependents.extend(
+                objects
+                    .iter()
+                    .filter(|((k_ns, _), v)| *k_ns == ns && owned(v))
+                    .map(|((_, name), _)| (rt.clone(), name.clone())),
+            );
+        }
+        for (rt, name) in dependents {
+            let ns = (!ns.is_empty()).then_some(ns.as_str());
+            let _ = self.delete(&rt, ns, &name, &Preconditions::default(), false);
+        }
     }
 
     /// Namespace deletion, synchronously: the namespace turns `Terminating`

@@ -1,0 +1,214 @@
+//! NOTIFY (RFC 1996) to the secondaries of `--notify`: after the zone
+//! changes (debounced, so a burst of commits makes one round), every zone
+//! served (this one and the reverse zones) is announced to every secondary
+//! over UDP, each retried with backoff until a matching response comes or a
+//! newer change supersedes it. Secondaries then transfer the zone.
+
+use std::convert::Infallible;
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, Record, RecordType};
+use tokio::net::UdpSocket;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::index::Index;
+use crate::metrics::Metrics;
+
+/// Quiet time after a change before notifying: a burst of commits makes one round.
+const DEBOUNCE: Duration = Duration::from_secs(1);
+/// Longest wait for quiet while changes keep coming.
+const MAX_DELAY: Duration = Duration::from_secs(5);
+/// First retry interval; doubled after each unanswered NOTIFY.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// Longest retry interval (RFC 1996 §3.6 suggests 60 s).
+const MAX_RETRY: Duration = Duration::from_secs(60);
+/// At most one log line per this interval about bad responses.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Sends NOTIFYs to `secondaries` after each change of `index` until
+/// `shutdown`, then waits forever (the caller ends it by dropping it).
+pub async fn run(
+    index: Arc<Index>,
+    secondaries: Vec<SocketAddr>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Infallible {
+    let mut serials = index.serial_changes();
+    let log = Arc::new(RateLimited::default());
+    let mut round = JoinSet::new();
+    while !secondaries.is_empty() && settled(&mut serials, &shutdown).await {
+        if !index.is_synced() {
+            continue;
+        }
+        // A newer serial supersedes the NOTIFYs still being retried.
+        round.abort_all();
+        let apexes = std::iter::once(index.zone().clone())
+            .chain(index.reverse_zones().iter().map(|z| z.apex().clone()));
+        for apex in apexes {
+            let soa = index.soa_at(&apex);
+            for &secondary in &secondaries {
+                let task = notify(secondary, soa.clone(), metrics.clone(), log.clone());
+                round.spawn(task);
+            }
+        }
+        while round.try_join_next().is_some() {}
+    }
+    round.abort_all();
+    std::future::pending().await
+}
+
+/// Waits for a change, then until none came for [`DEBOUNCE`] (at most
+/// [`MAX_DELAY`]); false on shutdown.
+async fn settled(
+    serials: &mut tokio::sync::watch::Receiver<u32>,
+    shutdown: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        changed = serials.changed() => if changed.is_err() { return false },
+        () = shutdown.cancelled() => return false,
+    }
+    let deadline = Instant::now() + MAX_DELAY;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(DEBOUNCE) => break,
+            changed = serials.changed() => if changed.is_err() { return false },
+            () = shutdown.cancelled() => return false,
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    serials.mark_unchanged();
+    true
+}
+
+/// Notifies `secondary` of `soa` until it answers.
+async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<Metrics>, log: Arc<RateLimited>) {
+    let local: SocketAddr = if secondary.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let socket = match UdpSocket::bind(local).await {
+        Ok(socket) if socket.connect(secondary).await.is_ok() => socket,
+        _ => return warn!(%secondary, "cannot open a UDP socket to send NOTIFY"),
+    };
+    let mut wait = FIRST_RETRY;
+    loop {
+        let id = RandomState::new().hash_one(std::time::Instant::now()) as u16;
+        let Ok(message) = message(id, &soa).to_vec() else {
+            return warn!(zone = %soa.name, "cannot encode a NOTIFY");
+        };
+        if socket.send(&message).await.is_ok() {
+            metrics.notify("sent");
+        }
+        let deadline = Instant::now() + wait;
+        let mut buffer = [0u8; 4096];
+        loop {
+            let len = match tokio::time::timeout_at(deadline, socket.recv(&mut buffer)).await {
+                Ok(Ok(len)) => len,
+                // ICMP unreachable: the secondary is down; wait out the interval.
+                Ok(Err(_)) => {
+                    tokio::time::sleep_until(deadline).await;
+                    break;
+                }
+                Err(_) => break,
+            };
+            match response(&buffer[..len], id, &soa.name) {
+                Some(ResponseCode::NoError) => return metrics.notify("acknowledged"),
+                Some(code) => {
+                    metrics.notify("rejected");
+                    if log.allow() {
+                        warn!(%secondary, zone = %soa.name, %code, "secondary refused NOTIFY; is the zone configured there?");
+                    }
+                    return;
+                }
+                None => {
+                    metrics.notify("malformed");
+                    if log.allow() {
+                        warn!(%secondary, zone = %soa.name, "ignored a malformed or unmatched NOTIFY response");
+                    }
+                }
+            }
+        }
+        wait = (wait * 2).min(MAX_RETRY);
+    }
+}
+
+/// A NOTIFY for the zone of `soa` (RFC 1996 §3.7: AA set, the SOA in the answer).
+fn message(id: u16, soa: &Record) -> Message {
+    let mut message = Message::new(id, MessageType::Query, OpCode::Notify);
+    message.metadata.authoritative = true;
+    message.add_query(Query::query(soa.name.clone(), RecordType::SOA));
+    message.add_answer(soa.clone());
+    message
+}
+
+/// The response code of `packet` if it answers NOTIFY `id` for `zone`
+/// (RFC 1996 §4.7: same id, opcode and question); None otherwise.
+fn response(packet: &[u8], id: u16, zone: &Name) -> Option<ResponseCode> {
+    let reply = Message::from_vec(packet).ok()?;
+    let meta = &reply.metadata;
+    let matches = meta.id == id
+        && meta.message_type == MessageType::Response
+        && meta.op_code == OpCode::Notify
+        && reply.queries.first().is_some_and(|q| q.name() == zone);
+    matches.then_some(meta.response_code)
+}
+
+/// Allows one event per [`LOG_EVERY`].
+#[derive(Default)]
+struct RateLimited {
+    last: Mutex<Option<Instant>>,
+}
+
+impl RateLimited {
+    fn allow(&self) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if last.is_some_and(|l| now.duration_since(l) < LOG_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    /// RFC 1996 §4.7: only a response with the NOTIFY's id, opcode and zone acknowledges it.
+    #[test]
+    fn only_matching_responses_count() {
+        let zone = Name::from_str("clusterset.local.").unwrap();
+        let index = Index::new(zone.clone(), 5, false, 7);
+        let notify = message(42, &index.soa());
+        let mut reply = notify.clone();
+        reply.metadata.message_type = MessageType::Response;
+        let bytes = |m: &Message| m.to_vec().unwrap();
+        assert_eq!(
+            response(&bytes(&reply), 42, &zone),
+            Some(ResponseCode::NoError)
+        );
+        assert_eq!(response(&bytes(&reply), 43, &zone), None, "other id");
+        assert_eq!(response(&bytes(&notify), 42, &zone), None, "not a response");
+        let other = Name::from_str("example.org.").unwrap();
+        assert_eq!(response(&bytes(&reply), 42, &other), None, "other zone");
+        reply.metadata.response_code = ResponseCode::NotAuth;
+        assert_eq!(
+            response(&bytes(&reply), 42, &zone),
+            Some(ResponseCode::NotAuth)
+        );
+        assert_eq!(response(&[0xff; 7], 42, &zone), None, "truncated");
+    }
+}

@@ -1,0 +1,160 @@
+//! Leader election under clock skew and API outages, against the fake API
+//! server with the real kube client. As client-go's leaderelection: a Lease
+//! expires a full duration after *this replica* saw it change (its own
+//! monotonic clock), whatever its `renewTime` says; a leader that cannot
+//! renew stops leading within the renew deadline (two thirds of the
+//! duration), before any other replica may take over.
+
+#[path = "support/fake_apiserver/mod.rs"]
+mod fake_apiserver;
+
+use std::time::{Duration, Instant};
+
+use clusterset_dns::kubernetes::lease::{Candidate, LEASE_NAME};
+use clusterset_dns::metrics::Metrics;
+use fake_apiserver::FakeApiServer;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const NAMESPACE: &str = "clusterset-dns";
+/// `--lease-duration` of the candidates (the smallest allowed).
+const DURATION: Duration = Duration::from_secs(3);
+
+/// A replica campaigning for the Lease until dropped.
+struct Campaign {
+    leading: watch::Receiver<bool>,
+    stop: CancellationToken,
+}
+
+impl Drop for Campaign {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Campaign {
+    fn start(api: &FakeApiServer, identity: &str) -> Self {
+        let candidate = Candidate::new(api.client(), NAMESPACE, identity.into(), DURATION);
+        let (tx, leading) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        tokio::spawn(async move { candidate.run(tx, token, &Metrics::new()).await });
+        Self { leading, stop }
+    }
+
+    fn leads(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Waits until leadership is `wanted`; how long that took.
+    async fn until(&mut self, wanted: bool, limit: Duration) -> Duration {
+        let start = Instant::now();
+        tokio::time::timeout(limit, self.leading.wait_for(|l| *l == wanted))
+            .await
+            .unwrap_or_else(|_| panic!("leading is not {wanted} after {limit:?}"))
+            .unwrap();
+        start.elapsed()
+    }
+
+    /// Asserts leadership stays `expected` for `time`.
+    async fn stays(&mut self, expected: bool, time: Duration) {
+        let changed = tokio::time::timeout(time, self.leading.wait_for(|l| *l != expected)).await;
+        assert!(changed.is_err(), "leading became {}", !expected);
+    }
+}
+
+/// Writes the Lease as a holder `ghost` whose clock is `skew` off.
+fn ghost_renews(api: &FakeApiServer, skew: SignedDuration) {
+    let renewed = Timestamp::now().checked_add(skew).unwrap();
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE_NAME.into()),
+            namespace: Some(NAMESPACE.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("ghost".into()),
+            lease_duration_seconds: Some(3),
+            renew_time: Some(MicroTime(renewed)),
+            ..LeaseSpec::default()
+        }),
+    };
+    api.put(&lease).expect("the Lease is written");
+}
+
+async fn api() -> FakeApiServer {
+    let api = FakeApiServer::start().await;
+    api.create_namespace(NAMESPACE);
+    api
+}
+
+/// A holder whose clock runs an hour ahead stops renewing: its `renewTime`
+/// is still in the future, yet the Lease is taken over one duration after
+/// the candidate last saw it change, not an hour later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_renewed_in_the_future_expires_on_the_local_clock() {
+    let api = api().await;
+    ghost_renews(&api, SignedDuration::from_hours(1));
+    let mut candidate = Campaign::start(&api, "east-0");
+    let started = Instant::now();
+    candidate.stays(false, DURATION * 2 / 3).await;
+    candidate.until(true, DURATION * 2).await;
+    let took = started.elapsed();
+    println!("a stale Lease renewed 1 h in the future was taken over after {took:.1?}");
+    assert!(took >= DURATION, "not before a full duration: {took:?}");
+    let lease: Lease = api.get(Some(NAMESPACE), LEASE_NAME).unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("east-0")
+    );
+}
+
+/// A holder whose clock runs an hour behind keeps renewing: every
+/// `renewTime` it writes is an hour old, yet the Lease stays its own; once it
+/// stops, the candidate takes over one duration later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_renewed_in_the_past_is_not_taken_while_renewed() {
+    let api = api().await;
+    ghost_renews(&api, SignedDuration::from_hours(-1));
+    let mut candidate = Campaign::start(&api, "east-0");
+    for _ in 0..8 {
+        candidate.stays(false, Duration::from_millis(500)).await;
+        ghost_renews(&api, SignedDuration::from_hours(-1));
+    }
+    assert!(!candidate.leads());
+    let took = candidate.until(true, DURATION * 2).await;
+    println!("a Lease renewed 1 h in the past was taken over {took:.1?} after its last renewal");
+    assert!(
+        took >= DURATION * 2 / 3,
+        "not long before a full duration: {took:?}"
+    );
+}
+
+/// The API server stops answering (requests hang) or fails every Lease
+/// request: the leader stops leading within the renew deadline, that is
+/// before the Lease could expire for anyone else, and leads again once it
+/// can renew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_stops_within_the_renew_deadline() {
+    let api = api().await;
+    let mut leader = Campaign::start(&api, "east-0");
+    leader.until(true, DURATION).await;
+    tokio::time::sleep(DURATION).await;
+
+    api.pause();
+    let took = leader.until(false, DURATION).await;
+    println!("API server hanging: the leader stopped leading after {took:.1?}");
+    assert!(took < DURATION, "{took:?}");
+    api.resume();
+    leader.until(true, DURATION * 2).await;
+
+    api.fail_requests_matching(usize::MAX, 500, |r| r.resource == "leases");
+    let took = leader.until(false, DURATION).await;
+    println!("Lease requests failing: the leader stopped leading after {took:.1?}");
+    assert!(took < DURATION, "{took:?}");
+    api.clear_failures();
+    leader.until(true, DURATION * 2).await;
+}
