@@ -350,13 +350,18 @@ async fn dual_stack_headless_with_a_two_label_cluster_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_names_are_reserved_unless_targeting_is_on() {
     let (_cs, off) = serve_shop(&[]).await;
-    for name in ["east.web.shop", "west.web.shop", "east.db.shop"] {
+    for name in ["east.web.shop", "west.web.shop"] {
         assert_eq!(
             resolve(off.addr, &svc(name), A).await,
             Outcome::NxDomain,
             "{name}"
         );
     }
+    // Per-pod names exist below it: an empty non-terminal (RFC 8020).
+    assert_eq!(
+        resolve(off.addr, &svc("east.db.shop"), A).await,
+        Outcome::NoData
+    );
     let (_cs, on) = serve_shop(&["--cluster-targeting"]).await;
     let cases = [
         ("east.web.shop", A, ips(["10.96.0.10"])),
@@ -1126,4 +1131,112 @@ async fn udp_answers_equal_tcp_after_updates_under_queries() {
             assert_eq!(sections(&udp), sections(&tcp), "{:?}", message.queries);
         }
     }
+}
+
+/// RFC 8020 §2, RFC 4592 §2.2.2, RFC 8499 §7: a name with names below it
+/// exists (NOERROR, no records, the SOA), in every branch of the tree:
+/// `svc`, `<ns>.svc`, `_<proto>.<svc>`, `<cluster>.<svc>` above per-pod
+/// names, every tail of a multi-label cluster id, and `dns` above the NS
+/// target. Strict QNAME minimisation (RFC 9156 §2.3) walks them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_non_terminals_answer_nodata_rfc8020() {
+    let cs = Clusterset::new();
+    let pods = headless("shop", "pods", &["IPv4"]).ports(&[("http", 80, "TCP")]);
+    let web = cluster_ip("shop", "web", &["10.96.0.10"]);
+    let docs = [
+        pods.export(),
+        pods,
+        slice("shop", "pods-v4", "pods", &[ep("10.5.0.1").host("p-0")]),
+        web.export(),
+        web,
+    ];
+    cs.write("north.eu", "shop.yaml", &docs);
+    let server = start(cs.dir(), &[]).await;
+    let ents = [
+        "svc.clusterset.local.".to_owned(),
+        svc("shop"),
+        svc("_tcp.pods.shop"),
+        svc("eu.pods.shop"),
+        svc("north.eu.pods.shop"),
+        "dns.clusterset.local.".to_owned(),
+    ];
+    for name in &ents {
+        for rtype in [A, AAAA, SRV, TXT] {
+            let response = query(server.addr, name, rtype).await;
+            assert_eq!(outcome(&response), Outcome::NoData, "{name} {rtype}");
+            assert!(response.metadata.authoritative, "{name}");
+            assert_eq!(response.authorities.len(), 1, "{name}: the SOA");
+            assert_eq!(response.authorities[0].record_type(), SOA, "{name}");
+        }
+        let tcp = query_tcp(server.addr, name, A).await;
+        assert_eq!(outcome(&tcp), Outcome::NoData, "{name} over TCP");
+    }
+    assert_eq!(
+        resolve(server.addr, &svc("p-0.north.eu.pods.shop"), A).await,
+        ips(["10.5.0.1"])
+    );
+    // Nothing below them: NXDOMAIN stays.
+    for name in [
+        "north.pods.shop",
+        "south.eu.pods.shop",
+        "eu.web.shop",
+        "north.eu.web.shop",
+        "x.p-0.north.eu.pods.shop",
+        "x.dns",
+    ] {
+        let name = if name.ends_with(".dns") {
+            format!("{name}.clusterset.local.")
+        } else {
+            svc(name)
+        };
+        assert_eq!(
+            resolve(server.addr, &name, A).await,
+            Outcome::NxDomain,
+            "{name}"
+        );
+    }
+    // With cluster targeting, every cluster name has names above it too.
+    let targeted = start(cs.dir(), &["--cluster-targeting"]).await;
+    assert_eq!(
+        resolve(targeted.addr, &svc("eu.web.shop"), A).await,
+        Outcome::NoData
+    );
+    assert_eq!(
+        resolve(targeted.addr, &svc("north.eu.web.shop"), A).await,
+        ips(["10.96.0.10"])
+    );
+}
+
+/// The apex NS record names `ns.dns.<zone>`; that name has the addresses of
+/// `--nameserver-address` (RFC 1034 §4.2.1: the NS target needs an address
+/// record or resolvers priming the zone loop), else the `--listen` address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ns_target_has_an_address_rfc1034() {
+    let ns = "ns.dns.clusterset.local.";
+    // The test server listens on 127.0.0.1: that is the address.
+    let (_cs, server) = serve_shop(&[]).await;
+    assert_eq!(resolve(server.addr, ns, A).await, ips(["127.0.0.1"]));
+    assert_eq!(resolve(server.addr, ns, AAAA).await, Outcome::NoData);
+    let upper = query_tcp(server.addr, "NS.DNS.clusterset.local.", A).await;
+    assert_eq!(outcome(&upper), ips(["127.0.0.1"]));
+    assert_eq!(upper.answers[0].ttl, 5);
+
+    let (_cs, flagged) = serve_shop(&[
+        "--nameserver-address",
+        "10.96.0.53,fd00:96::53",
+        "--nameserver-address",
+        "10.96.0.54",
+    ])
+    .await;
+    assert_eq!(
+        resolve_both(flagged.addr, ns).await,
+        (ips(["10.96.0.53", "10.96.0.54"]), ips(["fd00:96::53"]))
+    );
+    let tcp = query_tcp(flagged.addr, ns, AAAA).await;
+    assert_eq!(outcome(&tcp), ips(["fd00:96::53"]));
+    assert_eq!(
+        resolve(flagged.addr, ns, TXT).await,
+        Outcome::NoData,
+        "the name exists"
+    );
 }

@@ -448,6 +448,18 @@ mod tests {
     }
 
     #[test]
+    fn nameserver_addresses_and_tcp_limits_from_the_file() {
+        let file = "nameserver-address: [10.96.0.53, \"fd00::53\"]\ntcp-max-connections: 64\n";
+        let inv = parse_with(file, &["serve", "--config", "FILE"]).unwrap();
+        let args = serve(&inv);
+        let expected: Vec<std::net::IpAddr> =
+            vec!["10.96.0.53".parse().unwrap(), "fd00::53".parse().unwrap()];
+        assert_eq!(args.nameserver_address, expected);
+        assert_eq!(args.tcp.tcp_max_connections, 64);
+        assert_eq!(args.tcp.tcp_max_connections_per_client, 32);
+    }
+
+    #[test]
     fn file_values_and_overrides() {
         let file = "listen: 127.0.0.1:5301\nttl: 7\nip-families: [IPv6]\ncluster-targeting: true\nlog-level: debug\n";
         let inv = parse_with(file, &["serve", "--config", "FILE"]).unwrap();

@@ -4,7 +4,7 @@
 //! (`--config FILE`, see [`crate::cli::config_file`]); parse with
 //! [`crate::cli::config_file::parse`] to honour it.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 pub mod config_file;
@@ -165,6 +165,14 @@ pub struct ServeArgs {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
           default_value_t = false, default_missing_value = "true", value_name = "BOOL")]
     pub cluster_targeting: bool,
+    /// Address of `ns.dns.<zone>`, the name server the apex NS record names
+    /// (in Kubernetes: the Service IP); repeatable or comma-separated
+    /// [default: the `--listen` address unless it is a wildcard].
+    #[arg(long, value_delimiter = ',', value_name = "IP")]
+    pub nameserver_address: Vec<IpAddr>,
+    /// TCP limits (RFC 7766 §6.2.3, §10).
+    #[command(flatten)]
+    pub tcp: TcpArgs,
     /// Allow zone transfers (AXFR, IXFR over TCP) from this network;
     /// repeatable; others get REFUSED.
     #[arg(long, action = ArgAction::Append, value_delimiter = ',',
@@ -212,7 +220,25 @@ pub struct TlsArgs {
     pub tls_key: Option<PathBuf>,
 }
 
-/// Where the clusterset's state comes from.
+/// Limits on DNS over TCP (RFC 7766 §6.2.3, §10).
+#[derive(Debug, Clone, Args)]
+pub struct TcpArgs {
+    /// Most open TCP connections; more are closed at once.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub tcp_max_connections: usize,
+    /// Most open TCP connections from one client address.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub tcp_max_connections_per_client: usize,
+    /// A TCP connection with no query for this long is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub tcp_idle_timeout: u64,
+    /// A TCP connection whose client does not take a response for this long
+    /// is closed (it stops being read once 16 responses wait).
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub tcp_write_timeout: u64,
+}
+
+/// Where the clusterset comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SourceKind {
     /// The manifest directory (`--manifests`): embedded mode.
@@ -376,6 +402,27 @@ fn parse_zone(s: &str) -> Result<Name, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nameserver_addresses_repeat_and_split_on_commas() {
+        let cli = Cli::parse_from([
+            "x",
+            "serve",
+            "--nameserver-address",
+            "10.96.0.53,fd00::53",
+            "--nameserver-address",
+            "10.96.0.54",
+        ]);
+        let Some(Command::Serve(args)) = cli.command else {
+            panic!("serve expected")
+        };
+        let expected: Vec<IpAddr> = ["10.96.0.53", "fd00::53", "10.96.0.54"]
+            .iter()
+            .map(|ip| ip.parse().unwrap())
+            .collect();
+        assert_eq!(args.nameserver_address, expected);
+        assert!(ServeArgs::default().nameserver_address.is_empty());
+    }
 
     #[test]
     fn defaults_and_overrides() {

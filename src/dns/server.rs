@@ -2,13 +2,14 @@
 //! `udp`), TCP on tokio tasks (see `tcp`).
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::tcp;
+use super::tcp_limits::{Connections, TcpLimits, raise_open_file_limit};
 use super::transfer::TransferPolicy;
 use super::udp::UdpWorkers;
 use crate::index::Index;
@@ -23,6 +24,7 @@ pub struct DnsServer {
     tcp: TcpListener,
     index: Arc<Index>,
     metrics: Arc<Metrics>,
+    tcp_limits: TcpLimits,
     transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
     local: SocketAddr,
@@ -31,14 +33,17 @@ pub struct DnsServer {
 impl DnsServer {
     /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
     /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
+    /// TCP connections are held to `tcp_limits`.
     /// Zone transfers (TCP only) follow `transfers`.
     pub async fn bind(
         listen: SocketAddr,
         udp_workers: usize,
+        tcp_limits: TcpLimits,
         index: Arc<Index>,
         metrics: Arc<Metrics>,
         transfers: TransferPolicy,
     ) -> std::io::Result<Self> {
+        raise_open_file_limit(tcp_limits.max_connections);
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
         Ok(Self {
@@ -46,6 +51,7 @@ impl DnsServer {
             tcp: TcpListener::from_std(tcp)?,
             index,
             metrics,
+            tcp_limits,
             transfers: Arc::new(transfers),
             shutdown: CancellationToken::new(),
             local,
@@ -65,15 +71,14 @@ impl DnsServer {
 
     /// Serves TCP (UDP runs on its own threads) until shut down.
     pub async fn run(self) -> anyhow::Result<()> {
-        let recorder = self.metrics.dns.recorder("tcp");
-        tcp::serve(
-            self.tcp,
-            self.index,
-            recorder,
-            self.transfers,
-            self.shutdown,
-        )
-        .await;
+        let shared = Arc::new(tcp::Shared {
+            index: self.index,
+            recorder: Mutex::new(self.metrics.dns.recorder("tcp")),
+            metrics: self.metrics.dns.tcp.clone(),
+            connections: Connections::new(self.tcp_limits),
+            transfers: Some(self.transfers),
+        });
+        tcp::serve(self.tcp, shared, self.shutdown).await;
         drop(self.udp);
         Ok(())
     }

@@ -1,109 +1,164 @@
 //! DNS over TCP: two-byte length-prefixed messages (RFC 1035 §4.2.2, framed
-//! by tokio-util's codec), one task per connection. On shutdown it stops
-//! accepting, and each connection finishes the query it is answering.
+//! by tokio-util's codec), one task per connection, within the limits of
+//! `tcp_limits` (RFC 7766 §6.2.3, §10). Each connection reads queries and
+//! writes responses concurrently; at most `max_pending` responses wait, and
+//! a client that takes none for `write_timeout` loses the connection. On
+//! shutdown it stops accepting, and each connection writes the answers to
+//! the queries it has read.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hickory_server::net::xfer::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::response::{Handled, handle};
+use super::tcp_limits::{Connections, TcpLimits};
 use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
-use crate::ops::metrics::DnsRecorder;
+use crate::ops::metrics::{DnsRecorder, TcpMetrics};
 
-/// A protocol's metrics, shared by its connections.
-pub(super) type SharedRecorder = Arc<Mutex<DnsRecorder>>;
-
-/// Idle time after which a connection is closed (also the bound of a TLS handshake).
-pub(super) const IDLE: Duration = Duration::from_secs(10);
+/// What every connection shares.
+pub struct Shared {
+    /// The zone's names.
+    pub index: Arc<Index>,
+    /// Query metrics of the `tcp` protocol.
+    pub recorder: Mutex<DnsRecorder>,
+    /// Connection metrics.
+    pub metrics: TcpMetrics,
+    /// Open connections, counted against the limits.
+    pub connections: Arc<Connections>,
+    /// Who may transfer the zone (None: no transfers on these connections).
+    pub transfers: Option<Arc<TransferPolicy>>,
+}
 
 /// Accepts connections until `shutdown`, then waits for open connections to
 /// finish their current query.
-pub async fn serve(
-    listener: TcpListener,
-    index: Arc<Index>,
-    recorder: DnsRecorder,
-    transfers: Arc<TransferPolicy>,
-    shutdown: CancellationToken,
-) {
-    let recorder = Arc::new(Mutex::new(recorder));
-    accept(listener, shutdown.clone(), move |stream, peer| {
-        connection(
-            stream,
-            peer,
-            index.clone(),
-            recorder.clone(),
-            Some(transfers.clone()),
-            shutdown.clone(),
-            false,
-        )
-    })
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let (connections, metrics) = (shared.connections.clone(), shared.metrics.clone());
+    accept(
+        listener,
+        &connections,
+        &metrics,
+        shutdown.clone(),
+        move |stream, peer| {
+            let (shared, shutdown) = (shared.clone(), shutdown.clone());
+            async move { connection(stream, peer, &shared, &shutdown, false).await }
+        },
+    )
     .await;
 }
 
-/// The accept loop of DNS over TCP and over TLS (RFC 7858 §3.3: same
-/// framing): `open` makes the task that serves one accepted stream (for TLS,
-/// the handshake first, then [`connection`]). On `shutdown` it stops
-/// accepting and waits for those tasks.
-pub(super) async fn accept<T>(
+/// The accept loop: a connection within the limits of `connections` gets the
+/// task `open` makes for it; one over a limit is closed at once and counted.
+/// On `shutdown` it stops accepting and waits for those tasks.
+pub async fn accept<T>(
     listener: TcpListener,
+    connections: &Arc<Connections>,
+    metrics: &TcpMetrics,
     shutdown: CancellationToken,
     mut open: impl FnMut(TcpStream, SocketAddr) -> T,
 ) where
     T: Future<Output = ()> + Send + 'static,
 {
-    let mut connections = JoinSet::new();
+    let mut tasks = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    connections.spawn(open(stream, peer));
-                }
+                Ok((stream, peer)) => match connections.admit(peer.ip()) {
+                    Ok(slot) => {
+                        let (task, gauge) = (open(stream, peer), metrics.open.clone());
+                        tasks.spawn(async move {
+                            gauge.inc();
+                            task.await;
+                            gauge.dec();
+                            drop(slot);
+                        });
+                    }
+                    Err(limit) => metrics.refused.with_label_values(&[limit.label()]).inc(),
+                },
                 Err(error) => {
                     warn!(%error, "TCP accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
             () = shutdown.cancelled() => break,
         }
-        while connections.try_join_next().is_some() {}
+        while tasks.try_join_next().is_some() {}
     }
     drop(listener);
-    while connections.join_next().await.is_some() {}
+    while tasks.join_next().await.is_some() {}
 }
 
-/// Answers the queries of one connection, plain or TLS (`encrypted`: the
-/// responses may be padded), until it is idle for [`IDLE`], closed, or `shutdown`.
-pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
+/// Serves one connection (any byte stream carrying RFC 1035 §4.2.2 framing,
+/// TLS included: `encrypted`, the responses may be padded) until the client
+/// closes it, idles, stops reading, or the server shuts down.
+pub async fn connection<S>(
     stream: S,
     peer: SocketAddr,
-    index: Arc<Index>,
-    recorder: SharedRecorder,
-    transfers: Option<Arc<TransferPolicy>>,
-    shutdown: CancellationToken,
+    shared: &Shared,
+    shutdown: &CancellationToken,
     encrypted: bool,
-) {
-    let mut framed = Framed::new(
-        stream,
+) where
+    S: AsyncRead + AsyncWrite + Send,
+{
+    let limits = shared.connections.limits();
+    let codec = || {
         LengthDelimitedCodec::builder()
             .length_field_length(2)
-            .new_codec(),
+            .new_codec()
+    };
+    let (reader, writer) = tokio::io::split(stream);
+    let (pending, waiting) = mpsc::channel(limits.max_pending.max(1));
+    let read = read_queries(
+        FramedRead::new(reader, codec()),
+        peer,
+        shared,
+        shutdown,
+        encrypted,
+        pending,
     );
+    let write = write_responses(FramedWrite::new(writer, codec()), peer, limits, waiting);
+    tokio::pin!(write);
+    let written = tokio::select! {
+        // The client is done (or idle, or we shut down): send what is due.
+        () = read => write.await,
+        // The client stopped reading or went away: drop the connection.
+        written = &mut write => written,
+    };
+    if written == Written::TimedOut {
+        shared.metrics.write_timeouts.inc();
+    }
+}
+
+/// Reads queries and queues their responses; returns when the client closes
+/// or idles, on a read error, or on shutdown. Waits (reads nothing) while
+/// `max_pending` responses are queued.
+async fn read_queries<R: AsyncRead>(
+    frames: FramedRead<R, LengthDelimitedCodec>,
+    peer: SocketAddr,
+    shared: &Shared,
+    shutdown: &CancellationToken,
+    encrypted: bool,
+    pending: mpsc::Sender<Bytes>,
+) {
+    let idle = shared.connections.limits().idle_timeout;
+    tokio::pin!(frames);
     loop {
         // Queries already received are answered before a shutdown is noticed.
         let frame = tokio::select! {
             biased;
-            frame = tokio::time::timeout(IDLE, framed.next()) => frame,
+            frame = tokio::time::timeout(idle, frames.next()) => frame,
             () = shutdown.cancelled() => return,
         };
         let request = match frame {
@@ -111,37 +166,74 @@ pub(super) async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(Some(Err(error))) => return debug!(%error, %peer, "TCP read failed"),
             Ok(None) | Err(_) => return,
         };
-        let transfer = match &transfers {
-            Some(policy) => transfer::respond(&index, policy, &request, peer).await,
+        let transfer = match &shared.transfers {
+            Some(policy) => transfer::respond(&shared.index, policy, &request, peer).await,
             None => None,
         };
-        if let Some(messages) = transfer {
-            for message in messages {
-                if let Err(error) = framed.send(Bytes::from(message)).await {
-                    return debug!(%error, %peer, "TCP write failed");
-                }
-            }
-            continue;
-        }
-        let started = Instant::now();
-        let (bytes, outcome) = match handle(&index, &request, peer, Protocol::Tcp) {
-            Handled::Answered(request, mut response) => {
-                match response.encode_stream(&request, encrypted) {
-                    Ok(bytes) => (bytes, response.outcome(&request)),
-                    Err(error) => return warn!(%error, %peer, "cannot encode a TCP response"),
-                }
-            }
-            Handled::Malformed(bytes, outcome) => (bytes, outcome),
-            Handled::Ignored => continue,
+        let responses = match transfer {
+            Some(messages) => messages.into_iter().map(Bytes::from).collect(),
+            None => respond(shared, &request, peer, encrypted),
         };
-        {
-            let mut recorder = recorder.lock().unwrap_or_else(|e| e.into_inner());
-            recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
-            recorder.problem(outcome.problem);
-            recorder.flush();
-        }
-        if let Err(error) = framed.send(Bytes::from(bytes)).await {
-            return debug!(%error, %peer, "TCP write failed");
+        for response in responses {
+            if pending.send(response).await.is_err() {
+                return;
+            }
         }
     }
+}
+
+/// The response to one query (none: nothing is due).
+fn respond(shared: &Shared, request: &[u8], peer: SocketAddr, encrypted: bool) -> Vec<Bytes> {
+    let started = Instant::now();
+    let (bytes, outcome) = match handle(&shared.index, request, peer, Protocol::Tcp) {
+        Handled::Answered(request, mut response) => {
+            match response.encode_stream(&request, encrypted) {
+                Ok(bytes) => (bytes, response.outcome(&request)),
+                Err(error) => {
+                    warn!(%error, %peer, "cannot encode a TCP response");
+                    return Vec::new();
+                }
+            }
+        }
+        Handled::Malformed(bytes, outcome) => (bytes, outcome),
+        Handled::Ignored => return Vec::new(),
+    };
+    let mut recorder = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
+    recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
+    recorder.problem(outcome.problem);
+    recorder.flush();
+    vec![Bytes::from(bytes)]
+}
+
+/// How writing responses ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    /// Every queued response was written.
+    All,
+    /// A write failed (the client went away).
+    Failed,
+    /// The client took no response for `write_timeout`.
+    TimedOut,
+}
+
+/// Writes queued responses until the queue closes; returns early when a
+/// write fails or the client takes a response for longer than `write_timeout`.
+async fn write_responses<W: AsyncWrite>(
+    frames: FramedWrite<W, LengthDelimitedCodec>,
+    peer: SocketAddr,
+    limits: &TcpLimits,
+    mut waiting: mpsc::Receiver<Bytes>,
+) -> Written {
+    tokio::pin!(frames);
+    while let Some(response) = waiting.recv().await {
+        match tokio::time::timeout(limits.write_timeout, frames.send(response)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                debug!(%error, %peer, "TCP write failed");
+                return Written::Failed;
+            }
+            Err(_) => return Written::TimedOut,
+        }
+    }
+    Written::All
 }

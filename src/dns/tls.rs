@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use rustls::ServerConfig;
@@ -14,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::certificates::Certificates;
-use super::tcp::{self, SharedRecorder};
+use super::tcp;
+use super::tcp_limits::{Connections, TcpLimits};
 use crate::cli::TlsArgs;
 use crate::index::Index;
 use crate::ops::metrics::{Metrics, TlsMetrics};
@@ -48,30 +50,46 @@ impl TlsListener {
         self.listener.local_addr()
     }
 
-    /// Answers DNS over TLS and reloads the certificate when its files
-    /// change, until `shutdown`; then lets open connections finish their query.
+    /// Answers DNS over TLS within `limits` (counted apart from plain TCP)
+    /// and reloads the certificate when its files change, until `shutdown`;
+    /// then lets open connections finish their query.
     pub async fn serve(
         self,
         index: Arc<Index>,
         metrics: Arc<Metrics>,
+        limits: TcpLimits,
         shutdown: CancellationToken,
     ) {
         let reload = self.certificates.follow(metrics.clone(), shutdown.clone());
-        let recorder: SharedRecorder = Arc::new(Mutex::new(metrics.dns.recorder("tls")));
+        let idle = limits.idle_timeout;
+        let shared = Arc::new(tcp::Shared {
+            index,
+            recorder: Mutex::new(metrics.dns.recorder("tls")),
+            metrics: metrics.dns.tcp.clone(),
+            connections: Connections::new(limits),
+            // Zone transfers go over plain TCP only.
+            transfers: None,
+        });
+        let (connections, tcp_metrics) = (shared.connections.clone(), shared.metrics.clone());
         let acceptor = self.acceptor;
         let stop = shutdown.clone();
-        let accept = tcp::accept(self.listener, shutdown.clone(), move |stream, peer| {
-            let (acceptor, index, recorder) = (acceptor.clone(), index.clone(), recorder.clone());
-            let (metrics, shutdown) = (metrics.clone(), stop.clone());
-            async move {
-                if let Some(stream) =
-                    handshake(&acceptor, stream, peer, &metrics.tls, &shutdown).await
-                {
-                    // Zone transfers go over plain TCP only.
-                    tcp::connection(stream, peer, index, recorder, None, shutdown, true).await;
+        let accept = tcp::accept(
+            self.listener,
+            &connections,
+            &tcp_metrics,
+            shutdown.clone(),
+            move |stream, peer| {
+                let (acceptor, shared) = (acceptor.clone(), shared.clone());
+                let (metrics, shutdown) = (metrics.clone(), stop.clone());
+                async move {
+                    if let Some(stream) =
+                        handshake(&acceptor, stream, peer, idle, &metrics.tls, &shutdown).await
+                    {
+                        tcp::connection(stream, peer, &shared, &shutdown, true).await;
+                    }
                 }
-            }
-        });
+            },
+        );
         tokio::join!(reload, accept);
     }
 }
@@ -103,17 +121,18 @@ fn load(args: &TlsArgs) -> anyhow::Result<Option<(SocketAddr, Arc<Certificates>,
     Ok(Some((listen, certificates, config)))
 }
 
-/// The TLS handshake, bounded like an idle TCP connection and cut short by
-/// `shutdown`; counted, logged only at debug (it is per connection).
+/// The TLS handshake, bounded like an idle TCP connection (`idle`) and cut
+/// short by `shutdown`; counted, logged only at debug (it is per connection).
 async fn handshake(
     acceptor: &TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
+    idle: Duration,
     metrics: &TlsMetrics,
     shutdown: &CancellationToken,
 ) -> Option<TlsStream<TcpStream>> {
     let result = tokio::select! {
-        result = tokio::time::timeout(tcp::IDLE, acceptor.accept(stream)) => result,
+        result = tokio::time::timeout(idle, acceptor.accept(stream)) => result,
         () = shutdown.cancelled() => return None,
     };
     match result {

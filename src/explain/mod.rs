@@ -196,13 +196,14 @@ fn name_kind(lookup: &Lookup) -> &'static str {
         Lookup::Found(Owner::Apex) => "zone apex",
         Lookup::Found(Owner::DnsVersion) => "schema version",
         Lookup::Found(Owner::Empty) => "empty non-terminal",
+        Lookup::Found(Owner::NameServer) => "the zone's name server (NS target)",
         Lookup::Found(Owner::Reverse(_)) => "reverse-zone name (PTR)",
         Lookup::Found(Owner::Service(_, which)) => match which {
             ServiceName::Service => "service",
             ServiceName::Srv(_) => "SRV of a port",
             ServiceName::Pod(..) => "pod (headless endpoint)",
             ServiceName::Cluster(_) => "cluster-targeted service",
-            ServiceName::Protocol => "empty non-terminal above SRV names",
+            ServiceName::Empty => "empty non-terminal (names exist below it)",
         },
     }
 }

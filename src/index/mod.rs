@@ -10,6 +10,7 @@ pub mod serial;
 mod zone;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -24,7 +25,7 @@ pub use records::address_type;
 pub use reverse::{ReverseOwner, ReverseZone};
 
 use crate::engine::Import;
-use crate::model::ServiceKey;
+use crate::model::{IpFamily, ServiceKey};
 
 /// Version of the MCS DNS schema served at `dns-version.<zone>`.
 pub const DNS_SCHEMA_VERSION: &str = "1.0.0";
@@ -94,6 +95,7 @@ pub struct Index {
     apex: LowerName,
     ttl: u32,
     cluster_targeting: bool,
+    nameserver_addresses: Vec<IpAddr>,
     services: DashMap<Box<str>, Arc<ServiceEntry>, Hasher>,
     namespaces: DashMap<Box<str>, usize, Hasher>,
     fixed_cache: ResponseCache,
@@ -118,6 +120,7 @@ impl Index {
             zone,
             ttl,
             cluster_targeting,
+            nameserver_addresses: Vec::new(),
             services: DashMap::default(),
             namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
@@ -128,6 +131,14 @@ impl Index {
             serials: watch::Sender::new(serial),
             reverse: reverse::ReverseMap::default(),
         }
+    }
+
+    /// Sets the addresses of `ns.dns.<zone>`, the target of the apex NS
+    /// record (none: that name answers NODATA).
+    #[must_use]
+    pub fn with_nameserver_addresses(mut self, addresses: Vec<IpAddr>) -> Self {
+        self.nameserver_addresses = addresses;
+        self
     }
 
     /// This index, also answering PTR queries in `zones`.
@@ -176,7 +187,8 @@ impl Index {
         let owner = match labels {
             [] => Some(Owner::Apex),
             [b"dns-version"] => Some(Owner::DnsVersion),
-            [b"svc"] => Some(Owner::Empty),
+            [b"svc"] | [b"dns"] => Some(Owner::Empty),
+            [b"ns", b"dns"] => Some(Owner::NameServer),
             [namespace, b"svc"] => std::str::from_utf8(namespace)
                 .ok()
                 .filter(|ns| self.namespaces.contains_key(*ns))
@@ -218,6 +230,12 @@ impl Index {
                     RData::TXT(txt),
                 )]
             }
+            Owner::NameServer => self
+                .nameserver_addresses
+                .iter()
+                .filter(|ip| wants(address_type(IpFamily::of(ip))))
+                .map(|ip| records::address_record(name, self.ttl, *ip))
+                .collect(),
             Owner::DnsVersion | Owner::Empty => Vec::new(),
             Owner::Service(entry, which) => {
                 records::service_records(entry, which, name, rtype, self.ttl)
@@ -549,6 +567,14 @@ pub(crate) mod tests {
             find(&index, "shop.svc.clusterset.local."),
             Some(Owner::Empty)
         ));
+        assert!(matches!(
+            find(&index, "dns.clusterset.local."),
+            Some(Owner::Empty)
+        ));
+        assert!(matches!(
+            find(&index, "ns.dns.clusterset.local."),
+            Some(Owner::NameServer)
+        ));
         assert!(find(&index, "other.svc.clusterset.local.").is_none());
         assert!(find(&index, "x.clusterset.local.").is_none());
         assert!(matches!(
@@ -557,16 +583,46 @@ pub(crate) mod tests {
         ));
     }
 
+    /// RFC 1034 §4.2.1: the NS target exists; its A/AAAA records are the
+    /// configured addresses, NODATA (no records, not NXDOMAIN) without any.
+    #[test]
+    fn the_ns_target_answers_its_addresses_or_nodata() {
+        let ns = Name::from_str("ns.dns.clusterset.local.").unwrap();
+        let owner = find(&demo_index(false), "NS.dns.clusterset.local.").expect("it exists");
+        assert!(
+            demo_index(false)
+                .records(&owner, &ns, RecordType::A)
+                .is_empty()
+        );
+        let addresses = vec!["10.96.0.53".parse().unwrap(), "fd00::53".parse().unwrap()];
+        let index = demo_index(false).with_nameserver_addresses(addresses);
+        let data = |rtype| -> Vec<String> {
+            let records = index.records(&Owner::NameServer, &ns, rtype);
+            records.iter().map(|r| r.data.to_string()).collect()
+        };
+        assert_eq!(data(RecordType::A), ["10.96.0.53"]);
+        assert_eq!(data(RecordType::AAAA), ["fd00::53"]);
+        assert_eq!(data(RecordType::ANY).len(), 2);
+        assert!(data(RecordType::TXT).is_empty());
+    }
+
     #[test]
     fn names_under_services() {
         let index = demo_index(false);
         let q = |n: &str| which(&index, &format!("{n}.shop.svc.clusterset.local."));
         assert_eq!(q("web"), Some(ServiceName::Service));
         assert_eq!(q("_http._tcp.web"), Some(ServiceName::Srv(0)));
-        assert_eq!(q("_tcp.web"), Some(ServiceName::Protocol));
+        assert_eq!(q("_tcp.web"), Some(ServiceName::Empty));
         assert_eq!(q("_http._udp.web"), None);
         assert_eq!(q("_grpc._tcp.web"), None);
         assert_eq!(q("east.web"), None, "reserved without cluster targeting");
+        // RFC 8020, RFC 4592 §2.2.2: a name with per-pod names below exists.
+        assert_eq!(q("east.db"), Some(ServiceName::Empty));
+        assert_eq!(q("eu.west.db"), Some(ServiceName::Empty));
+        assert_eq!(q("west.db"), Some(ServiceName::Empty), "tail of eu.west");
+        assert_eq!(q("eu.db"), None, "head of eu.west has nothing below");
+        assert_eq!(q("north.db"), None);
+        assert_eq!(q("x.west.db"), None);
         let pod = |ip: &str| vec![ip.parse::<std::net::IpAddr>().unwrap()];
         assert_eq!(
             q("db-0.east.db"),
@@ -593,6 +649,8 @@ pub(crate) mod tests {
         assert_eq!(t("east.web"), Some(ServiceName::Cluster(0)));
         assert_eq!(t("eu.west.db"), Some(ServiceName::Cluster(1)));
         assert_eq!(t("north.web"), None);
+        assert_eq!(t("west.db"), Some(ServiceName::Empty));
+        assert_eq!(t("west.web"), None);
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! Which name of the zone a query name is (DESIGN.md §4): the apex, a fixed
-//! name, an empty non-terminal, or a name under one service.
+//! Which name of the zone a query name is (README, "What it answers"): the
+//! apex, a fixed name, an empty non-terminal, the NS target, or a name under
+//! one service.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::ServiceEntry;
 use crate::engine::{Import, ImportCluster};
-use crate::model::ImportType;
+use crate::model::{ImportType, IpFamily};
 
 /// A name that exists in the zone.
 #[derive(Clone, Debug)]
@@ -15,8 +16,10 @@ pub enum Owner {
     Apex,
     /// `dns-version.<zone>` (TXT).
     DnsVersion,
-    /// An empty non-terminal: `svc.<zone>` or `<ns>.svc.<zone>`.
+    /// An empty non-terminal: `svc.<zone>`, `<ns>.svc.<zone>` or `dns.<zone>`.
     Empty,
+    /// `ns.dns.<zone>`, the name server named by the apex NS record (A/AAAA).
+    NameServer,
     /// A name under one service.
     Service(Arc<ServiceEntry>, ServiceName),
     /// A name in a reverse zone.
@@ -34,8 +37,10 @@ pub enum ServiceName {
     Pod(usize, Vec<IpAddr>),
     /// `<cluster>.<svc>…` (cluster targeting only): the cluster index.
     Cluster(usize),
-    /// `_<proto>.<svc>…`: an empty non-terminal above SRV names.
-    Protocol,
+    /// An empty non-terminal (RFC 8499 §7, RFC 8020): `_<proto>.<svc>…`
+    /// above SRV names, `<cluster>.<svc>…` above per-pod names, and the
+    /// trailing labels of a multi-label cluster id (`west` of `eu.west`).
+    Empty,
 }
 
 /// Resolves the labels below `<svc>.<ns>.svc.<zone>` (leftmost first).
@@ -57,20 +62,52 @@ pub fn service_name(
         [] => Some(ServiceName::Service),
         [proto] if proto.starts_with(b"_") => {
             let any = (0..import.ports.len()).any(|i| srv_matches(import, i, None, &proto[1..]));
-            any.then_some(ServiceName::Protocol)
+            any.then_some(ServiceName::Empty)
         }
         [port, proto] if port.starts_with(b"_") && proto.starts_with(b"_") => {
             (0..import.ports.len())
                 .find(|&i| srv_matches(import, i, Some(&port[1..]), &proto[1..]))
                 .map(ServiceName::Srv)
         }
-        [host, cluster @ ..] => pod(import, host, cluster).or_else(|| {
-            let targeted = cluster_targeting
-                .then(|| cluster_index(import, rest))
-                .flatten();
-            targeted.map(ServiceName::Cluster)
-        }),
+        [host, cluster @ ..] => pod(import, host, cluster)
+            .or_else(|| {
+                let targeted = cluster_targeting
+                    .then(|| cluster_index(import, rest))
+                    .flatten();
+                targeted.map(ServiceName::Cluster)
+            })
+            .or_else(|| {
+                has_names_below(import, rest, cluster_targeting).then_some(ServiceName::Empty)
+            }),
     }
+}
+
+/// Whether a name exists below `labels.<svc>…`: `labels` are the trailing
+/// labels of a cluster id (all of them included) with per-pod names below,
+/// or a proper tail of one when cluster targeting names every cluster.
+fn has_names_below(import: &Import, labels: &[&[u8]], cluster_targeting: bool) -> bool {
+    import.clusters.iter().any(|c| {
+        let ids = c.cluster.split('.').count();
+        let tail = ids >= labels.len() && ends_with_labels(&c.cluster, labels);
+        let pods = import.type_ == ImportType::Headless && has_pod_names(c, import);
+        tail && (pods || (cluster_targeting && ids > labels.len()))
+    })
+}
+
+/// Whether `cluster` has an endpoint of a served family (so per-pod names).
+fn has_pod_names(cluster: &ImportCluster, import: &Import) -> bool {
+    cluster
+        .endpoints
+        .iter()
+        .any(|e| import.local_families.contains(&IpFamily::of(&e.address)))
+}
+
+/// Whether the dotted id ends with `labels` (compared label by label).
+fn ends_with_labels(dotted: &str, labels: &[&[u8]]) -> bool {
+    dotted
+        .rsplit('.')
+        .zip(labels.iter().rev())
+        .all(|(part, label)| part.as_bytes() == *label)
 }
 
 fn srv_matches(import: &Import, index: usize, name: Option<&[u8]>, proto: &[u8]) -> bool {
@@ -113,11 +150,7 @@ fn pod_addresses(cluster: &ImportCluster, host: &[u8], import: &Import) -> Vec<I
     cluster
         .endpoints
         .iter()
-        .filter(|e| {
-            import
-                .local_families
-                .contains(&crate::model::IpFamily::of(&e.address))
-        })
+        .filter(|e| import.local_families.contains(&IpFamily::of(&e.address)))
         .filter(|e| match &e.hostname {
             Some(h) => h.as_bytes() == host,
             None => dashed(&e.address).as_bytes() == host,

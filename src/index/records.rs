@@ -39,7 +39,7 @@ pub fn service_records(
                 }
             }
             if wants(rtype, RecordType::SRV) {
-                let service = service_name(owner, which, import);
+                let service = service_name(owner, 0);
                 records.extend(bare_srv(entry, owner, &service, ttl));
             }
         }
@@ -58,7 +58,7 @@ pub fn service_records(
         }
         ServiceName::Srv(port) if wants(rtype, RecordType::SRV) => {
             let number = port_number(import, *port);
-            let service = service_name(owner, which, import);
+            let service = service_name(owner, 2);
             let targets = srv_targets(entry, &service, &import.ports[*port]);
             let weight = srv_weight(targets.len());
             records.extend(
@@ -67,7 +67,7 @@ pub fn service_records(
                     .map(|t| srv_record(owner, ttl, weight, number, t)),
             );
         }
-        ServiceName::Srv(_) | ServiceName::Protocol => {}
+        ServiceName::Srv(_) | ServiceName::Empty => {}
     }
     records
 }
@@ -96,19 +96,12 @@ fn bare_srv(entry: &ServiceEntry, owner: &Name, service: &Name, ttl: u32) -> Vec
         .collect()
 }
 
-/// `<svc>.<ns>.svc.<zone>`, lower case, of `owner`, a name `which` is
-/// (the labels left of the service name are cut off).
-fn service_name(owner: &Name, which: &ServiceName, import: &Import) -> Name {
-    let cluster_labels = |i: usize| import.clusters[i].cluster.split('.').count();
-    let below = match which {
-        ServiceName::Service => 0,
-        ServiceName::Protocol => 1,
-        ServiceName::Srv(_) => 2,
-        ServiceName::Cluster(i) => cluster_labels(*i),
-        ServiceName::Pod(i, _) => 1 + cluster_labels(*i),
-    };
-    let labels = usize::from(owner.num_labels()).saturating_sub(below);
-    owner.trim_to(labels).to_lowercase()
+/// `<svc>.<ns>.svc.<zone>`, lower case, of `owner`, a name `below` labels
+/// under it.
+fn service_name(owner: &Name, below: u8) -> Name {
+    owner
+        .trim_to(usize::from(owner.num_labels().saturating_sub(below)))
+        .to_lowercase()
 }
 
 /// The targets of `port`'s SRV records. ClusterSetIP: the service name.
@@ -187,7 +180,7 @@ fn srv_record(owner: &Name, ttl: u32, weight: u16, port: u16, target: &Name) -> 
 }
 
 /// An A or AAAA record for `ip`.
-fn address_record(owner: &Name, ttl: u32, ip: IpAddr) -> Record {
+pub(super) fn address_record(owner: &Name, ttl: u32, ip: IpAddr) -> Record {
     let data = match ip {
         IpAddr::V4(v4) => RData::A(A(v4)),
         IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),

@@ -64,6 +64,19 @@ pub struct DnsMetrics {
     responses: IntCounterVec,
     duration: HistogramVec,
     malformed: IntCounterVec,
+    /// TCP connection counts (RFC 7766 §10 limits).
+    pub tcp: TcpMetrics,
+}
+
+/// Open, refused and timed-out DNS TCP connections.
+#[derive(Clone)]
+pub struct TcpMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Connections closed at once, by the limit reached (`total`, `client`).
+    pub refused: IntCounterVec,
+    /// Connections closed because the client did not read a response in time.
+    pub write_timeouts: IntCounter,
 }
 
 /// Per-thread counters for one protocol; [`DnsRecorder::flush`] publishes them.
@@ -126,6 +139,29 @@ impl Metrics {
                     &["proto", "problem"],
                 ),
             ),
+            tcp: TcpMetrics {
+                open: register(
+                    &registry,
+                    IntGauge::with_opts(opts("dns_tcp_connections", "Open DNS TCP connections.")),
+                ),
+                refused: register(
+                    &registry,
+                    IntCounterVec::new(
+                        opts(
+                            "dns_tcp_refused_total",
+                            "DNS TCP connections closed at once, by the limit reached.",
+                        ),
+                        &["limit"],
+                    ),
+                ),
+                write_timeouts: register(
+                    &registry,
+                    IntCounter::with_opts(opts(
+                        "dns_tcp_write_timeouts_total",
+                        "DNS TCP connections closed because the client did not read in time.",
+                    )),
+                ),
+            },
         };
         Self {
             dns,

@@ -2,7 +2,7 @@
 //! and the operations listener.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{ClustersetArgs, ServeArgs, SourceKind};
-use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
+use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
+use crate::dns::{DnsServer, TcpLimits, TlsListener, TransferPolicy, notify};
 use crate::engine::Engine;
 use crate::explain::shared::Published;
 use crate::index::Index;
@@ -202,6 +202,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             Some(crate::sources::kubernetes::client::connect(&args.kubernetes).await?)
         }
     };
+    let nameservers = nameserver_addresses(&args);
     let index = Arc::new(
         Index::new(
             args.zone.clone(),
@@ -209,14 +210,17 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             args.cluster_targeting,
             crate::index::serial::now(),
         )
+        .with_nameserver_addresses(nameservers.clone())
         .with_reverse_zones(args.reverse_zones()),
     );
     let metrics = Arc::new(Metrics::new());
     let tls = TlsListener::bind(&args.tls).await?;
     let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
+    let limits = tcp_limits(&args.tcp);
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
+        limits.clone(),
         index.clone(),
         metrics.clone(),
         TransferPolicy::new(args.transfer_allow.clone(), metrics.clone()),
@@ -224,7 +228,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     let dns_addr = dns.local_addr();
-    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, version = build_info::VERSION, revision = build_info::REVISION, "answering DNS (SERVFAIL until the first sync)");
+    info!(listen = %dns_addr, zone = %args.zone, source = ?args.kubernetes.source, version = build_info::VERSION, revision = build_info::REVISION, ?nameservers, "answering DNS (SERVFAIL until the first sync)");
     let published = Arc::new(Published::default());
     if let Some(listen) = tls_addr {
         info!(%listen, "answering DNS over TLS");
@@ -237,7 +241,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     });
     let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
     let shutdown = dns.shutdown_token();
-    let tls = tls.map(|tls| tls.serve(index.clone(), metrics.clone(), shutdown.clone()));
+    let tls = tls.map(|tls| tls.serve(index.clone(), metrics.clone(), limits, shutdown.clone()));
     let outputs = Outputs {
         index: index.clone(),
         metrics,
@@ -292,6 +296,28 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         shutdown,
         task,
     })
+}
+
+/// The addresses `ns.dns.<zone>` answers: `--nameserver-address`, else the
+/// `--listen` address unless it is a wildcard (then none: NODATA).
+fn nameserver_addresses(args: &ServeArgs) -> Vec<IpAddr> {
+    let mut addresses = args.nameserver_address.clone();
+    if addresses.is_empty() && !args.listen.ip().is_unspecified() {
+        addresses.push(args.listen.ip());
+    }
+    let mut seen = HashSet::new();
+    addresses.retain(|ip| seen.insert(*ip));
+    addresses
+}
+
+fn tcp_limits(args: &TcpArgs) -> TcpLimits {
+    TcpLimits {
+        max_connections: args.tcp_max_connections,
+        max_per_client: args.tcp_max_connections_per_client,
+        idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
+        write_timeout: Duration::from_secs(args.tcp_write_timeout),
+        ..TcpLimits::default()
+    }
 }
 
 /// Binds the operations listener. A failure is fatal, as for DNS: without
