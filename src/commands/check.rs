@@ -2,7 +2,7 @@
 //! config file, manifest directory and VIP state file, or the API servers in
 //! Kubernetes mode, and the TLS certificate), without serving or writing.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
@@ -11,9 +11,8 @@ use kube::api::ListParams;
 use crate::cli::{KubernetesArgs, ServeArgs, SourceKind};
 use crate::dns;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
-use crate::runtime::serve::Reconciler;
+use crate::runtime::pipeline::load_manifests;
 use crate::sources::kubernetes::client::connect;
-use crate::sources::manifests::ManifestSource;
 
 /// Everything `check` finds for `args`.
 pub async fn report(args: &ServeArgs) -> CheckReport {
@@ -45,19 +44,11 @@ fn manifests(args: &ServeArgs) -> CheckReport {
         summary: String::new(),
         problems: vec![problem],
     };
-    if !dir.is_dir() {
-        return fail(format!(
-            "manifest directory {} does not exist (see --manifests)",
-            dir.display()
-        ));
-    }
-    let mut reconciler = match Reconciler::new(clusterset, None) {
-        Ok(r) => r,
+    let (pipeline, source) = match load_manifests(clusterset) {
+        Ok(loaded) => loaded,
         Err(e) => return fail(format!("{e:#}")),
     };
-    let mut source = ManifestSource::new(dir);
-    reconciler.apply_initial(source.rescan(&HashSet::new()));
-    let engine = reconciler.engine();
+    let engine = pipeline.engine();
     let stats = engine.stats();
     let aggregates = engine.aggregates();
     let clusters: BTreeSet<String> = aggregates

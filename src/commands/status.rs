@@ -1,17 +1,17 @@
 //! `status`: the reconciled clusterset without DNS, as `kubectl get` would show it.
 
-use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use crate::cli::{ClustersetArgs, Format, StatusArgs};
 use crate::commands::snapshot::{self, BrokerView};
-use crate::engine::{Engine, ExportStatus, Import};
+use crate::engine::Engine;
+use crate::explain::text::{list, usual_reason};
 use crate::model::ServiceKey;
 use crate::model::conditions::{CONFLICT, Condition, READY, VALID};
-use crate::runtime::serve::Reconciler;
-use crate::sources::manifests::ManifestSource;
+use crate::model::import::{ExportStatus, Import};
+use crate::runtime::pipeline::{self, Pipeline};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -59,20 +59,11 @@ pub async fn render_kubernetes(args: &StatusArgs) -> anyhow::Result<String> {
     )
 }
 
-/// The manifest directory reconciled once, by a reconciler that writes
-/// nothing, and the problems of its files.
-pub fn load_manifests(clusterset: &ClustersetArgs) -> anyhow::Result<(Reconciler, Vec<String>)> {
-    let manifests = &clusterset.manifests;
-    anyhow::ensure!(
-        manifests.is_dir(),
-        "manifest directory {} does not exist",
-        manifests.display()
-    );
-    let mut reconciler = Reconciler::new(clusterset, None)?;
-    let mut source = ManifestSource::new(manifests);
-    reconciler.apply_initial(source.rescan(&HashSet::new()));
+/// The manifest directory reconciled once, and the problems of its files.
+pub fn load_manifests(clusterset: &ClustersetArgs) -> anyhow::Result<(Pipeline, Vec<String>)> {
+    let (pipeline, source) = pipeline::load_manifests(clusterset)?;
     let problems = source.problems().iter().map(ToString::to_string).collect();
-    Ok((reconciler, problems))
+    Ok((pipeline, problems))
 }
 
 fn report(
@@ -238,24 +229,6 @@ fn short(c: &Condition) -> String {
         c.status_str().to_owned()
     } else {
         format!("{} ({})", c.status_str(), c.reason)
-    }
-}
-
-/// Whether a condition's reason only repeats its status (`Valid`, `NoConflicts`, ...).
-pub(crate) fn usual_reason(c: &Condition) -> bool {
-    matches!(
-        c.reason.as_ref(),
-        "Valid" | "Ready" | "Exported" | "NoConflicts"
-    )
-}
-
-/// The items joined with commas, `-` for none.
-pub(crate) fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
-    let parts: Vec<String> = items.map(|i| i.to_string()).collect();
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(",")
     }
 }
 

@@ -17,7 +17,7 @@ use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::ops::metrics::Metrics;
+use super::metrics::DnsMetrics;
 
 /// How often the files are read to see whether they changed.
 const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
@@ -61,7 +61,7 @@ impl Certificates {
     /// a changed pair once it is valid. A changed pair that is not (or files
     /// that cannot be read) is logged once and counted; the previous pair
     /// keeps serving.
-    pub async fn follow(self: Arc<Self>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+    pub async fn follow(self: Arc<Self>, metrics: Arc<DnsMetrics>, shutdown: CancellationToken) {
         let mut seen = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).take();
         loop {
             tokio::select! {

@@ -5,6 +5,7 @@ mod answer;
 mod certificates;
 mod encode;
 mod log_limit;
+pub mod metrics;
 pub mod notify;
 mod opt_check;
 mod question;

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::metrics::DnsMetrics;
 use crate::index::Index;
-use crate::ops::metrics::Metrics;
 
 /// Quiet time after a change before notifying: a burst of commits makes one round.
 const DEBOUNCE: Duration = Duration::from_secs(1);
@@ -37,7 +37,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 pub async fn run(
     index: Arc<Index>,
     secondaries: Vec<SocketAddr>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<DnsMetrics>,
     shutdown: CancellationToken,
 ) -> Infallible {
     let mut serials = index.serial_changes();
@@ -90,7 +90,12 @@ async fn settled(
 }
 
 /// Notifies `secondary` of `soa` until it answers.
-async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<Metrics>, log: Arc<RateLimited>) {
+async fn notify(
+    secondary: SocketAddr,
+    soa: Record,
+    metrics: Arc<DnsMetrics>,
+    log: Arc<RateLimited>,
+) {
     let local: SocketAddr = if secondary.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {

@@ -8,12 +8,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::DnsMetrics;
 use super::tcp;
 use super::tcp_limits::{Connections, TcpLimits, raise_open_file_limit};
 use super::transfer::TransferPolicy;
 use super::udp::UdpWorkers;
 use crate::index::Index;
-use crate::ops::metrics::Metrics;
 
 /// UDP socket buffer size asked for.
 const SOCKET_BUFFER: usize = 4 << 20;
@@ -23,7 +23,7 @@ pub struct DnsServer {
     udp: UdpWorkers,
     tcp: TcpListener,
     index: Arc<Index>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<DnsMetrics>,
     tcp_limits: TcpLimits,
     transfers: Arc<TransferPolicy>,
     shutdown: CancellationToken,
@@ -40,7 +40,7 @@ impl DnsServer {
         udp_workers: usize,
         tcp_limits: TcpLimits,
         index: Arc<Index>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<DnsMetrics>,
         transfers: TransferPolicy,
     ) -> std::io::Result<Self> {
         raise_open_file_limit(tcp_limits.max_connections);
@@ -73,8 +73,8 @@ impl DnsServer {
     pub async fn run(self) -> anyhow::Result<()> {
         let shared = Arc::new(tcp::Shared {
             index: self.index,
-            recorder: Mutex::new(self.metrics.dns.recorder("tcp")),
-            metrics: self.metrics.dns.tcp.clone(),
+            recorder: Mutex::new(self.metrics.recorder("tcp")),
+            metrics: self.metrics.tcp.clone(),
             connections: Connections::new(self.tcp_limits),
             transfers: Some(self.transfers),
         });

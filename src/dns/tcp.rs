@@ -22,11 +22,11 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::metrics::{DnsRecorder, TcpMetrics};
 use super::response::{Handled, handle};
 use super::tcp_limits::{Connections, TcpLimits};
 use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
-use crate::ops::metrics::{DnsRecorder, TcpMetrics};
 
 /// What every connection shares.
 pub struct Shared {

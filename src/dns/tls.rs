@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::certificates::Certificates;
+use super::metrics::{DnsMetrics, TlsMetrics};
 use super::tcp;
 use super::tcp_limits::{Connections, TcpLimits};
 use crate::cli::TlsArgs;
 use crate::index::Index;
-use crate::ops::metrics::{Metrics, TlsMetrics};
 
 /// A bound DNS over TLS listener with its certificate loaded.
 pub struct TlsListener {
@@ -56,7 +56,7 @@ impl TlsListener {
     pub async fn serve(
         self,
         index: Arc<Index>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<DnsMetrics>,
         limits: TcpLimits,
         shutdown: CancellationToken,
     ) {
@@ -64,8 +64,8 @@ impl TlsListener {
         let idle = limits.idle_timeout;
         let shared = Arc::new(tcp::Shared {
             index,
-            recorder: Mutex::new(metrics.dns.recorder("tls")),
-            metrics: metrics.dns.tcp.clone(),
+            recorder: Mutex::new(metrics.recorder("tls")),
+            metrics: metrics.tcp.clone(),
             connections: Connections::new(limits),
             // Zone transfers go over plain TCP only.
             transfers: None,

@@ -11,8 +11,8 @@ use hickory_proto::rr::{DNSClass, LowerName, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
 use ipnet::IpNet;
 
+use super::metrics::DnsMetrics;
 use crate::index::{Index, serial};
-use crate::ops::metrics::Metrics;
 
 /// Most bytes of records (uncompressed) per message: below the 64 KiB a TCP
 /// message can hold (RFC 5936 §2.2), with room for the header, question and OPT.
@@ -21,12 +21,12 @@ const MAX_RECORD_BYTES: usize = 60_000;
 /// Who may transfer, and where transfers are counted.
 pub struct TransferPolicy {
     allow: Vec<IpNet>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<DnsMetrics>,
 }
 
 impl TransferPolicy {
     /// Transfers allowed from `allow` only.
-    pub fn new(allow: Vec<IpNet>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(allow: Vec<IpNet>, metrics: Arc<DnsMetrics>) -> Self {
         Self { allow, metrics }
     }
 

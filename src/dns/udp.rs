@@ -21,11 +21,11 @@ use tracing::{debug, warn};
 
 use super::COMMON_TYPES;
 use super::log_limit::LogLimit;
+use super::metrics::{DnsMetrics, DnsRecorder};
 use super::opt_check::options_cut;
 use super::question;
 use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::index::Index;
-use crate::ops::metrics::{DnsRecorder, Metrics};
 
 /// Datagrams received and answered per system call.
 const BATCH: usize = 32;
@@ -62,14 +62,14 @@ impl UdpWorkers {
     pub fn start(
         sockets: Vec<UdpSocket>,
         index: Arc<Index>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<DnsMetrics>,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for (n, socket) in sockets.into_iter().enumerate() {
             socket.set_read_timeout(Some(POLL))?;
             let (index, stop) = (index.clone(), stop.clone());
-            let recorder = metrics.dns.recorder("udp");
+            let recorder = metrics.recorder("udp");
             let thread = std::thread::Builder::new()
                 .name(format!("dns-udp-{n}"))
                 .spawn(move || serve(&socket, &index, recorder, &stop))?;

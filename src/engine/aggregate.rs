@@ -7,13 +7,12 @@ use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
 use litemap::LiteMap;
-use serde::Serialize;
 
-use crate::k8s::crd::ServicePort;
 use crate::model::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
+use crate::model::import::{Aggregate, Endpoints, ExportStatus, Import, ImportCluster};
+use crate::model::port::ServicePort;
 use crate::model::{
-    ClusterId, Endpoint, ExportInfo, Exported, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind,
-    ServiceSpec, SliceInfo,
+    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind, SliceInfo,
 };
 
 /// Every cluster's inputs for one service, by cluster id (a sorted vector:
@@ -36,131 +35,6 @@ impl ClusterInputs {
     pub fn is_empty(&self) -> bool {
         self.export.is_none() && self.service.is_none() && self.slices.is_empty()
     }
-}
-
-/// One exporting cluster's part of an import.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ImportCluster {
-    /// The cluster id.
-    pub cluster: ClusterId,
-    /// Its Service's cluster IPs in the import's families.
-    pub cluster_ips: Ips,
-    /// Its ready endpoints in the import's families, one per address.
-    pub endpoints: Endpoints,
-    /// The import's ports it backs: those its Service defines with the same
-    /// name, port and protocol (see [`super::ports`]). Its endpoints are
-    /// published under these ports only.
-    pub ports: Arc<[ServicePort]>,
-}
-
-/// A cluster's endpoints in an import: usually its one EndpointSlice as is
-/// (shared, not copied), else the ready endpoints of its slices, filtered.
-#[derive(Clone, Debug)]
-pub enum Endpoints {
-    /// Every endpoint of this slice qualifies.
-    Shared(Arc<SliceInfo>),
-    /// The endpoints that qualify, copied out of several slices.
-    Picked(Vec<Endpoint>),
-}
-
-impl std::ops::Deref for Endpoints {
-    type Target = [Endpoint];
-
-    fn deref(&self) -> &[Endpoint] {
-        match self {
-            Endpoints::Shared(slice) => &slice.endpoints,
-            Endpoints::Picked(endpoints) => endpoints,
-        }
-    }
-}
-
-impl PartialEq for Endpoints {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Serialize for Endpoints {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
-
-/// The aggregated ServiceImport.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Import {
-    /// `ClusterSetIP` or `Headless`, from the oldest export.
-    #[serde(rename = "type")]
-    pub type_: ImportType,
-    /// Union of the exported ports (the oldest export's own list, shared,
-    /// when the others add none).
-    pub ports: Arc<[ServicePort]>,
-    /// Intersected families of the exports (clusterset-wide).
-    pub ip_families: Vec<IpFamily>,
-    /// `ip_families` less what the local cluster does not support; DNS serves these.
-    pub local_families: Vec<IpFamily>,
-    /// Whether the import has clusterset VIPs (from the oldest export).
-    pub clusterset_ip: bool,
-    /// VIPs ordered like `ip_families` (ClusterSetIP with `clusterset_ip` only;
-    /// set by the engine).
-    pub vips: Ips,
-    /// What the service name resolves to for a ClusterSetIP import, in the
-    /// local families: the VIPs, or without VIPs the exporting clusters'
-    /// ClusterIPs, local cluster first (set by the engine).
-    pub addresses: Ips,
-    /// The oldest export's Service: its session affinity (and config),
-    /// internal traffic policy and traffic distribution are the import's.
-    #[serde(flatten)]
-    pub service: Arc<ServiceSpec>,
-    /// The oldest export's exported labels and annotations.
-    #[serde(flatten)]
-    pub exported: Arc<Exported>,
-    /// Clusters taking part, oldest export first.
-    pub clusters: Vec<ImportCluster>,
-    /// The import's `Ready` condition (shared while it is the usual `True`).
-    pub ready: Arc<Condition>,
-}
-
-impl Import {
-    /// The VIPs the local cluster serves: those of `local_families`.
-    pub fn local_vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.vips
-            .iter()
-            .copied()
-            .filter(|ip| self.local_families.contains(&IpFamily::of(ip)))
-    }
-}
-
-/// The conditions of one cluster's export.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ExportStatus {
-    /// The exporting cluster.
-    pub cluster: ClusterId,
-    /// `Valid`, `Ready`, and `Conflict` when the export is valid. Shared:
-    /// nearly every export has the same conditions as every other, and there
-    /// are hundreds of thousands of exports at scale.
-    pub conditions: Arc<[Condition]>,
-    /// The reasons of the `Conflict` condition, when it is true.
-    #[serde(skip)]
-    pub conflicts: Box<[ConflictReason]>,
-}
-
-impl ExportStatus {
-    /// The condition of a type.
-    pub fn condition(&self, type_: &str) -> Option<&Condition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
-    }
-}
-
-/// The outcome for one service.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Aggregate {
-    /// The import, while at least one valid export remains.
-    pub import: Option<Arc<Import>>,
-    /// Conditions of every cluster's export, by cluster id.
-    pub exports: Vec<ExportStatus>,
 }
 
 struct Candidate<'a> {
@@ -422,7 +296,7 @@ fn differences(
             &|| {
                 format!(
                     "{} {}",
-                    crate::k8s::crd::ANNOTATION_CLUSTERSET_IP,
+                    crate::model::ANNOTATION_CLUSTERSET_IP,
                     vips(oldest.export)
                 )
             },
@@ -539,7 +413,7 @@ fn same_ports(a: &[ServicePort], b: &[ServicePort]) -> bool {
 }
 
 fn ports_text(ports: &[ServicePort]) -> String {
-    let parts: Vec<String> = ports.iter().map(super::ports::port_text).collect();
+    let parts: Vec<String> = ports.iter().map(ToString::to_string).collect();
     format!("ports [{}]", parts.join(" "))
 }
 
@@ -591,7 +465,7 @@ fn import_cluster(
             .filter(in_families)
             .collect(),
         endpoints,
-        ports: super::ports::backed_ports(ports, &candidate.service.ports),
+        ports: crate::model::port::backed_ports(ports, &candidate.service.ports),
     }
 }
 

@@ -7,9 +7,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::aggregate::Import;
 use crate::model::ClusterId;
 use crate::model::conditions::{Condition, READY};
+use crate::model::import::Import;
 
 /// `Ready` reason of an import whose every exporting cluster is dead.
 pub const UNREACHABLE: &str = "ClustersUnreachable";

@@ -4,7 +4,6 @@
 
 pub mod aggregate;
 pub mod liveness;
-pub mod ports;
 pub mod vip;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -14,10 +13,9 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::model::conditions::ConflictReason;
+use crate::model::import::{Aggregate, Import, ImportCluster};
 use crate::model::{Change, ClusterId, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey};
-pub use aggregate::{
-    Aggregate, ClusterInputs, ExportStatus, Import, ImportCluster, PerCluster, Policy,
-};
+pub use aggregate::{ClusterInputs, PerCluster, Policy};
 use vip::{VipAllocator, VipPools};
 
 /// Hasher of the per-service maps (keys come from the clusters' own objects).
@@ -65,6 +63,13 @@ impl Default for EngineSettings {
             namespaces_known: false,
         }
     }
+}
+
+/// Whatever holds the running engine (the runtime's apply loop, behind its lock), for
+/// those who read it while it runs: the writer and `/debug/explain`.
+pub trait EngineReader: Send + Sync {
+    /// Calls `read` with the engine as it is now.
+    fn read(&self, read: &mut dyn FnMut(&Engine));
 }
 
 /// Totals over every service, kept current by each reconcile (for metrics).

@@ -5,7 +5,7 @@
 //! addresses it contributes and each endpoint left out, with the reason.
 
 pub mod shared;
-mod text;
+pub mod text;
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -15,9 +15,10 @@ use hickory_proto::rr::{DNSClass, LowerName, Name, RecordType};
 use serde::Serialize;
 
 use crate::dns::answer;
-use crate::engine::{Engine, ExportStatus, Import};
+use crate::engine::Engine;
 use crate::index::{Index, Lookup, Owner, ServiceName};
 use crate::model::conditions::{CONFLICT, Condition, VALID};
+use crate::model::import::{ExportStatus, Import};
 use crate::model::{ImportType, IpFamily, ServiceKey};
 
 pub use text::render_text;
@@ -320,7 +321,7 @@ fn endpoint_reason(
 }
 
 /// The addresses a cluster puts in answers for the service name itself.
-fn contributed(import: &Import, part: &crate::engine::ImportCluster) -> Vec<IpAddr> {
+fn contributed(import: &Import, part: &crate::model::import::ImportCluster) -> Vec<IpAddr> {
     let served = |ip: &IpAddr| import.local_families.contains(&IpFamily::of(ip));
     match import.type_ {
         ImportType::Headless => part

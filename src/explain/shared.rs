@@ -1,31 +1,32 @@
-//! A running server's reconciler, reachable from the operations listener so
-//! that `/debug/explain` reads the same engine and index that answer DNS.
+//! A running server's engine, reachable from the operations listener so that
+//! `/debug/explain` reads the same engine and index that answer DNS.
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{OnceLock, Weak};
 
 use hickory_proto::rr::{Name, RecordType};
 
 use super::{Explanation, explain};
+use crate::engine::EngineReader;
 use crate::index::Index;
-use crate::runtime::serve::Reconciler;
 
-/// Where the source's task publishes its reconciler once it has one.
-/// Weak: the reconciler holds this (through its outputs) and must not keep
-/// itself alive.
+/// Where the source's task publishes its engine once it has one. Weak: the
+/// engine's holder holds this (through its outputs) and must not keep itself
+/// alive.
 #[derive(Default)]
-pub struct Published(OnceLock<Weak<Mutex<Reconciler>>>);
+pub struct Published(OnceLock<Weak<dyn EngineReader>>);
 
 impl Published {
-    /// Publishes `reconciler` (the first one only: a server has one).
-    pub fn set(&self, reconciler: &Arc<Mutex<Reconciler>>) {
-        let _ = self.0.set(Arc::downgrade(reconciler));
+    /// Publishes `reader` (the first one only: a server has one engine).
+    pub fn set(&self, reader: Weak<dyn EngineReader>) {
+        let _ = self.0.set(reader);
     }
 
-    /// Explains a question from the published reconciler and `index`; None
-    /// before the source has built its reconciler, or after it stopped.
+    /// Explains a question from the published engine and `index`; None
+    /// before the source has built its engine, or after it stopped.
     pub fn explain(&self, index: &Index, name: &Name, rtype: RecordType) -> Option<Explanation> {
-        let reconciler = self.0.get()?.upgrade()?;
-        let reconciler = reconciler.lock().unwrap_or_else(|e| e.into_inner());
-        Some(explain(reconciler.engine(), index, name, rtype))
+        let reader = self.0.get()?.upgrade()?;
+        let mut explanation = None;
+        reader.read(&mut |engine| explanation = Some(explain(engine, index, name, rtype)));
+        explanation
     }
 }

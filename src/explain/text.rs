@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use super::{ClusterExplanation, Explanation};
-use crate::commands::status::{list, usual_reason};
 use crate::model::conditions::Condition;
 
 /// Renders `e` for a terminal.
@@ -103,4 +102,22 @@ fn condition(c: &Condition) -> String {
         text.push(')');
     }
     text
+}
+
+/// Whether a condition's reason only repeats its status (`Valid`, `NoConflicts`, ...).
+pub fn usual_reason(c: &Condition) -> bool {
+    matches!(
+        c.reason.as_ref(),
+        "Valid" | "Ready" | "Exported" | "NoConflicts"
+    )
+}
+
+/// The items joined with commas, `-` for none.
+pub fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
+    let parts: Vec<String> = items.map(|i| i.to_string()).collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
 }

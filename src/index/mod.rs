@@ -24,7 +24,7 @@ pub use names::{Owner, ServiceName, dashed};
 pub use records::address_type;
 pub use reverse::{ReverseOwner, ReverseZone};
 
-use crate::engine::Import;
+use crate::model::import::Import;
 use crate::model::{IpFamily, ServiceKey};
 
 /// Version of the MCS DNS schema served at `dns-version.<zone>`.

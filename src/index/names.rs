@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::ServiceEntry;
-use crate::engine::{Import, ImportCluster};
+use crate::model::import::{Import, ImportCluster};
 use crate::model::{ImportType, IpFamily};
 
 /// A name that exists in the zone.

@@ -9,9 +9,9 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::ServiceEntry;
 use super::names::{ServiceName, dashed};
-use crate::engine::ports::backs;
-use crate::engine::{Import, ImportCluster};
-use crate::k8s::crd::ServicePort;
+use crate::model::import::{Import, ImportCluster};
+use crate::model::port::ServicePort;
+use crate::model::port::backs;
 use crate::model::{ImportType, IpFamily};
 
 /// Records of type `rtype` (`ANY`: all) at `owner`, a name under `entry`.

@@ -16,7 +16,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use super::records::{local_endpoints, pod_name, wants};
 use super::{Index, Lookup, Owner, ns_name, soa_record};
-use crate::engine::Import;
+use crate::model::import::Import;
 use crate::model::{ImportType, IpFamily};
 
 /// A reverse zone served: its apex and the addresses below it.

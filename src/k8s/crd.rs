@@ -10,6 +10,9 @@ use kube::core::crd::merge_crds;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::port::ServicePort;
+pub use crate::model::{ANNOTATION_CLUSTERSET_IP, ANNOTATION_POD_IPS};
+
 /// API group of ServiceExport and ServiceImport.
 pub const GROUP: &str = "multicluster.x-k8s.io";
 /// Versions of [`GROUP`] this server understands.
@@ -61,39 +64,6 @@ pub const LABEL_MCS_SERVICE_NAME: &str = "multicluster.kubernetes.io/service-nam
 pub const LABEL_SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 /// Label that ties a plain Kubernetes EndpointSlice to its Service.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
-/// ServiceExport annotation (`"true"`/`"false"`): give the import clusterset VIPs.
-pub const ANNOTATION_CLUSTERSET_IP: &str = "clusterset-dns.io/use-clusterset-ip";
-/// ServiceExport annotation (`"true"`/`"false"`): EndpointSlices of a ClusterIP
-/// service carry pod IPs (else the Service's ClusterIPs).
-pub const ANNOTATION_POD_IPS: &str = "clusterset-dns.io/use-pod-ips";
-
-/// A port of a ServiceImport (`ServicePort` without target/node ports).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServicePort {
-    /// Port name; must be unique within the import when there are several.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// `TCP`, `UDP` or `SCTP`; defaults to `TCP`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<String>,
-    /// Application protocol hint, as on a Service port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub app_protocol: Option<String>,
-    /// The port number.
-    pub port: i32,
-}
-
-impl std::fmt::Display for ServicePort {
-    /// `name:port/PROTOCOL` (`port/PROTOCOL` unnamed), as `status` and `explain` print it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let proto = self.protocol.as_deref().unwrap_or("TCP");
-        match &self.name {
-            Some(name) => write!(f, "{name}:{}/{proto}", self.port),
-            None => write!(f, "{}/{proto}", self.port),
-        }
-    }
-}
 
 /// One cluster that exports the service behind an import.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -25,8 +25,8 @@ use k8s_openapi::api::discovery::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Import;
-use crate::engine::ports::port_text;
+use crate::model::import::Import;
+
 use crate::k8s::convert::ConvertError;
 use crate::k8s::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
@@ -319,7 +319,12 @@ pub fn cluster_ports(import: &Import) -> String {
     let backed: BTreeMap<&str, Vec<String>> = import
         .clusters
         .iter()
-        .map(|c| (&*c.cluster, c.ports.iter().map(port_text).collect()))
+        .map(|c| {
+            (
+                &*c.cluster,
+                c.ports.iter().map(ToString::to_string).collect(),
+            )
+        })
         .collect();
     serde_json::to_string(&backed).expect("strings serialize")
 }
@@ -420,8 +425,8 @@ pub fn source_cluster(slice: &EndpointSlice) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::crd::ServicePort;
     use crate::model::Endpoint;
+    use crate::model::port::ServicePort;
 
     fn service() -> ServiceInfo {
         let spec = ServiceSpec {

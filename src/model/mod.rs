@@ -4,7 +4,9 @@
 //! (see `source::convert`), so the engine and index never hold whole API objects.
 
 pub mod conditions;
+pub mod import;
 pub mod intern;
+pub mod port;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -16,8 +18,8 @@ use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use crate::k8s::crd::ServicePort;
 use crate::model::intern::{Interner, share};
+use crate::model::port::ServicePort;
 
 /// FNV-1a of `bytes`: a hash that is the same in every process and release
 /// (VIP placement and object names depend on it).
@@ -26,6 +28,12 @@ pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
+
+/// ServiceExport annotation (`"true"`/`"false"`): give the import clusterset VIPs.
+pub const ANNOTATION_CLUSTERSET_IP: &str = "clusterset-dns.io/use-clusterset-ip";
+/// ServiceExport annotation (`"true"`/`"false"`): EndpointSlices of a ClusterIP
+/// service carry pod IPs (else the Service's ClusterIPs).
+pub const ANNOTATION_POD_IPS: &str = "clusterset-dns.io/use-pod-ips";
 
 /// Whether `s` is a lower-case DNS label as Kubernetes names are (RFC 1123
 /// §2.1): 1 to 63 letters, digits and `-`, not starting or ending with `-`.

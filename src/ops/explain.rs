@@ -2,14 +2,16 @@
 //! listener: the explanation of a question from the running server's own
 //! engine and index, as JSON (or text). Read only.
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Response, StatusCode};
+use hyper::StatusCode;
 
-use super::http::{Health, reply as respond};
+use crate::explain::shared::Published;
+use crate::index::Index;
+
+/// A reply: its status, content type and body.
+pub type Reply = (StatusCode, &'static str, String);
 
 /// The response to one request with query string `query`.
-pub fn reply(query: Option<&str>, health: &Health) -> Response<Full<Bytes>> {
+pub fn reply(query: Option<&str>, published: &Published, index: &Index) -> Reply {
     let (mut name, mut rtype, mut text) = (None, None, false);
     for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match key.as_ref() {
@@ -26,23 +28,23 @@ pub fn reply(query: Option<&str>, health: &Health) -> Response<Full<Bytes>> {
         Ok(question) => question,
         Err(why) => return bad_request(why),
     };
-    let Some(explanation) = health.published.explain(&health.index, &name, rtype) else {
-        return respond(
+    let Some(explanation) = published.explain(index, &name, rtype) else {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
             "not loaded yet: the source has not built its state\n".into(),
         );
     };
     if text {
-        return respond(
+        return (
             StatusCode::OK,
             "text/plain",
             crate::explain::render_text(&explanation),
         );
     }
     match serde_json::to_string_pretty(&explanation) {
-        Ok(json) => respond(StatusCode::OK, "application/json", json + "\n"),
-        Err(e) => respond(
+        Ok(json) => (StatusCode::OK, "application/json", json + "\n"),
+        Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain",
             format!("cannot encode the explanation: {e}\n"),
@@ -50,6 +52,6 @@ pub fn reply(query: Option<&str>, health: &Health) -> Response<Full<Bytes>> {
     }
 }
 
-fn bad_request(why: String) -> Response<Full<Bytes>> {
-    respond(StatusCode::BAD_REQUEST, "text/plain", why + "\n")
+fn bad_request(why: String) -> Reply {
+    (StatusCode::BAD_REQUEST, "text/plain", why + "\n")
 }

@@ -85,7 +85,11 @@ fn route(request: &Request<Incoming>, health: &Health) -> Response<Full<Bytes>> 
                 format!("not ready: {why}\n"),
             ),
         },
-        "/debug/explain" => crate::ops::explain::reply(request.uri().query(), health),
+        "/debug/explain" => {
+            let (status, content_type, body) =
+                super::explain::reply(request.uri().query(), &health.published, &health.index);
+            reply(status, content_type, body)
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
@@ -95,7 +99,7 @@ fn route(request: &Request<Incoming>, health: &Health) -> Response<Full<Bytes>> 
     }
 }
 
-pub(crate) fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     if let Ok(value) = content_type.parse() {

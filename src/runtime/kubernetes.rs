@@ -36,7 +36,7 @@ use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::k8s::records::{self, source_cluster};
 use crate::model::{Change, ClusterId, ServiceKey};
 use crate::ops::metrics::Metrics;
-use crate::runtime::serve::{Outputs, Reconciler};
+use crate::runtime::pipeline::{Outputs, Pipeline};
 use crate::sources::kubernetes::client::Connection;
 use crate::sources::kubernetes::facts::{self, Facts, Reader};
 use crate::sources::kubernetes::readers;
@@ -72,7 +72,7 @@ struct Controller {
     args: KubernetesArgs,
     metrics: Arc<Metrics>,
     queue: Arc<WorkQueue>,
-    state: Arc<Mutex<Reconciler>>,
+    state: Arc<Mutex<Pipeline>>,
     tasks: JoinSet<()>,
     batches: mpsc::UnboundedSender<Batch>,
     /// Global default of the VIP switch.
@@ -102,7 +102,7 @@ pub async fn follow(
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
-        state: Reconciler::in_cluster(settings, outputs).shared(),
+        state: Pipeline::in_cluster(settings, outputs).shared(),
         tasks: JoinSet::new(),
         batches,
         clusterset_ip: clusterset.clusterset_ip,

@@ -2,5 +2,6 @@
 //! shutdown, and the wiring of Kubernetes mode.
 
 pub mod kubernetes;
+pub mod pipeline;
 pub mod serve;
 pub mod vip_state;

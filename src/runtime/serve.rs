@@ -3,9 +3,8 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -16,7 +15,6 @@ use tracing::{info, warn};
 
 use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
 use crate::dns::{DnsServer, TcpLimits, TlsListener, TransferPolicy, notify};
-use crate::engine::Engine;
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
@@ -24,7 +22,7 @@ use crate::ops::build_info;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
 use crate::runtime::kubernetes;
-use crate::runtime::vip_state;
+use crate::runtime::pipeline::{Outputs, Pipeline};
 use crate::sources::manifests::ManifestSource;
 use crate::sources::watch::spawn_watcher;
 
@@ -32,118 +30,6 @@ use crate::sources::watch::spawn_watcher;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Name of the manifest directory source in metrics.
 const MANIFESTS: &str = "manifests";
-
-/// Where reconciled results go while serving.
-pub struct Outputs {
-    /// The DNS view.
-    pub index: Arc<Index>,
-    /// Metrics to keep current.
-    pub metrics: Arc<Metrics>,
-    /// Where the reconciler is published for `/debug/explain`.
-    pub published: Arc<Published>,
-}
-
-/// Feeds changes through the engine into the index and keeps the VIP state file current.
-pub struct Reconciler {
-    engine: Engine,
-    outputs: Option<Outputs>,
-    state_file: Option<PathBuf>,
-}
-
-impl Reconciler {
-    /// An engine set up from `args`, with the VIPs saved in the state file
-    /// restored. With `outputs` (serving), results reach the index and the
-    /// metrics and VIP allocations are saved; without (status), nothing is written.
-    pub fn new(args: &ClustersetArgs, outputs: Option<Outputs>) -> anyhow::Result<Self> {
-        let mut engine = Engine::new(args.engine_settings());
-        let path = args.state_file();
-        let skipped = engine.vips_mut().restore(vip_state::load(&path)?);
-        for (key, ip) in skipped {
-            warn!(service = %key, %ip, file = %path.display(), "saved VIP is outside the pools or taken twice; dropped");
-        }
-        Ok(Self {
-            engine,
-            state_file: outputs.as_ref().map(|_| path),
-            outputs,
-        })
-    }
-
-    /// A reconciler for Kubernetes mode: VIPs come from the broker, nothing is saved locally.
-    pub fn in_cluster(settings: crate::engine::EngineSettings, outputs: Outputs) -> Self {
-        Self {
-            engine: Engine::new(settings),
-            outputs: Some(outputs),
-            state_file: None,
-        }
-    }
-
-    /// Applies one batch of changes (a completed sync of the source).
-    pub fn apply(&mut self, changes: Vec<Change>) {
-        let started = Instant::now();
-        let updates = self.engine.apply(changes);
-        if let Some(out) = &self.outputs {
-            for (key, import) in &updates {
-                out.index.update(key, import.clone());
-            }
-            if !updates.is_empty() {
-                out.index.commit();
-            }
-        }
-        let saved = self.persist();
-        if let Some(out) = &self.outputs {
-            out.metrics
-                .reconciled(&self.engine, started.elapsed(), saved);
-        }
-    }
-
-    /// Applies the first full state of the sources: saved VIPs no import
-    /// claimed are released, and the index starts answering.
-    pub fn apply_initial(&mut self, changes: Vec<Change>) {
-        self.apply(changes);
-        self.engine.release_unclaimed_vips();
-        self.persist();
-        if let Some(out) = &self.outputs {
-            out.index.commit();
-            out.index.set_synced();
-        }
-    }
-
-    /// Shares the reconciler between the source's task and the writers,
-    /// and publishes it for `/debug/explain`.
-    pub fn shared(self) -> Arc<Mutex<Self>> {
-        let published = self.outputs.as_ref().map(|o| o.published.clone());
-        let shared = Arc::new(Mutex::new(self));
-        if let Some(published) = published {
-            published.set(&shared);
-        }
-        shared
-    }
-
-    /// The engine, for reading results.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// Saves VIP allocations if they changed; false if that failed.
-    fn persist(&mut self) -> bool {
-        let Some(path) = &self.state_file else {
-            return true;
-        };
-        if !self.engine.vips_mut().take_dirty() {
-            return true;
-        }
-        match vip_state::save(path, &self.engine.vips_mut().allocations()) {
-            Ok(()) => true,
-            Err(error) => {
-                warn!(
-                    error = format!("{error:#}"),
-                    "VIPs will not survive a restart"
-                );
-                false
-            }
-        }
-    }
-}
 
 /// A server that is answering DNS.
 pub struct Running {
@@ -222,8 +108,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         args.udp_workers,
         limits.clone(),
         index.clone(),
-        metrics.clone(),
-        TransferPolicy::new(args.transfer_allow.clone(), metrics.clone()),
+        metrics.dns.clone(),
+        TransferPolicy::new(args.transfer_allow.clone(), metrics.dns.clone()),
     )
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -241,7 +127,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     });
     let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
     let shutdown = dns.shutdown_token();
-    let tls = tls.map(|tls| tls.serve(index.clone(), metrics.clone(), limits, shutdown.clone()));
+    let tls =
+        tls.map(|tls| tls.serve(index.clone(), metrics.dns.clone(), limits, shutdown.clone()));
     let outputs = Outputs {
         index: index.clone(),
         metrics,
@@ -250,7 +137,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let notifier = notify::run(
         index.clone(),
         args.notify.clone(),
-        outputs.metrics.clone(),
+        outputs.metrics.dns.clone(),
         shutdown.clone(),
     );
     let mut reconcile: Task = match connection {
@@ -350,7 +237,7 @@ async fn follow_manifests(
     let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let index = outputs.index.clone();
         // Shared (and published for /debug/explain) before the index answers.
-        let reconciler = Reconciler::new(&clusterset, Some(outputs))?.shared();
+        let reconciler = Pipeline::new(&clusterset, Some(outputs))?.shared();
         let mut source = ManifestSource::new(&clusterset.manifests);
         let initial = source.rescan(&HashSet::new());
         reconciler

@@ -9,10 +9,11 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
-use crate::engine::ports::names_backed_port;
-use crate::engine::{ClusterInputs, ImportCluster};
+use crate::engine::ClusterInputs;
 use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records;
+use crate::model::import::ImportCluster;
+use crate::model::port::names_backed_port;
 use crate::model::{
     Endpoint, ExportInfo, IpFamily, ServiceInfo, ServiceKey, ServiceKind, SliceInfo,
 };
@@ -69,7 +70,7 @@ pub fn member_slices<'a>(
         .into_iter()
         .filter(|(_, slice)| !slice.endpoints.is_empty())
         .map(move |(source, slice)| {
-            let backed = |p: &crate::k8s::crd::ServicePort| {
+            let backed = |p: &crate::model::port::ServicePort| {
                 names_backed_port(&cluster.ports, p.name.as_deref())
             };
             let filtered;

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
@@ -32,14 +32,14 @@ use super::api::{delete_if_unchanged, is_code};
 use super::owned::Owned;
 use super::slices;
 use super::vip_claims::{ClaimError, VipClaims};
-use crate::engine::{Aggregate, ClusterInputs, Import, PerCluster};
+use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{ClusterStatus, ServiceImportStatus};
 use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER};
 use crate::model::conditions::Condition;
+use crate::model::import::{Aggregate, Import};
 use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind};
 use crate::ops::metrics::Metrics;
-use crate::runtime::serve::Reconciler;
 
 /// How many VIP candidates per family a claim round tries.
 const CANDIDATES: usize = 64;
@@ -85,7 +85,7 @@ pub struct Writer {
     broker: Client,
     claims: VipClaims,
     caches: Caches,
-    state: Arc<Mutex<Reconciler>>,
+    state: Arc<dyn EngineReader>,
     metrics: Arc<Metrics>,
 }
 
@@ -114,7 +114,7 @@ impl Writer {
         local: Client,
         broker: Client,
         caches: Caches,
-        state: Arc<Mutex<Reconciler>>,
+        state: Arc<dyn EngineReader>,
         metrics: Arc<Metrics>,
     ) -> Self {
         let claims = VipClaims::new(broker.clone(), &settings.broker_namespace);
@@ -156,8 +156,13 @@ impl Writer {
     }
 
     fn snapshot(&self, key: &ServiceKey) -> Snapshot {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let engine = state.engine();
+        let mut snapshot = None;
+        self.state
+            .read(&mut |engine| snapshot = Some(self.snapshot_of(engine, key)));
+        snapshot.expect("read calls back once")
+    }
+
+    fn snapshot_of(&self, engine: &Engine, key: &ServiceKey) -> Snapshot {
         let aggregate = engine.get(key).cloned();
         let needs: Vec<IpFamily> = aggregate
             .as_ref()

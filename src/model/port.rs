@@ -1,12 +1,41 @@
-//! Which of an import's ports a cluster backs. KEP-1645 ("Service Port"): the
+//! A port of a ServiceImport, and which of an import's ports a cluster backs. KEP-1645 ("Service Port"): the
 //! import's ports are the union of the exports' ports, and a conflicting port
 //! keeps the oldest export's definition; a cluster whose Service defines a
 //! port differently does not serve the import's port, so its endpoints must
 //! never be published under that port (a data plane maps ports by name).
 
-use std::sync::Arc;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use crate::k8s::crd::ServicePort;
+/// A port of a ServiceImport (`ServicePort` without target/node ports).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePort {
+    /// Port name; must be unique within the import when there are several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `TCP`, `UDP` or `SCTP`; defaults to `TCP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Application protocol hint, as on a Service port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    /// The port number.
+    pub port: i32,
+}
+
+impl std::fmt::Display for ServicePort {
+    /// `name:port/PROTOCOL` (`port/PROTOCOL` unnamed), as `status` and `explain` print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proto = self.protocol.as_deref().unwrap_or("TCP");
+        match &self.name {
+            Some(name) => write!(f, "{name}:{}/{proto}", self.port),
+            None => write!(f, "{}/{proto}", self.port),
+        }
+    }
+}
+
+use std::sync::Arc;
 
 /// The ports of `import` that `service` defines identically (same name, port
 /// and protocol). Shares `service` when it backs all of its own ports.
@@ -40,16 +69,6 @@ pub fn names_backed_port(ports: &[ServicePort], name: Option<&str>) -> bool {
     ports
         .iter()
         .any(|p| p.name.as_deref().unwrap_or_default() == name)
-}
-
-/// `name:port/PROTOCOL` (or `port/PROTOCOL` unnamed), as `status` and
-/// conditions show a port.
-pub fn port_text(port: &ServicePort) -> String {
-    let protocol = port.protocol.as_deref().unwrap_or("TCP");
-    match &port.name {
-        Some(name) => format!("{name}:{}/{protocol}", port.port),
-        None => format!("{}/{protocol}", port.port),
-    }
 }
 
 #[cfg(test)]
@@ -105,6 +124,6 @@ mod tests {
         assert!(names_backed_port(&ports, Some("")));
         assert!(names_backed_port(&ports, None));
         assert!(!names_backed_port(&ports, Some("dns")));
-        assert_eq!(port_text(&port(Some("dns"), 53, "UDP")), "dns:53/UDP");
+        assert_eq!(port(Some("dns"), 53, "UDP").to_string(), "dns:53/UDP");
     }
 }
