@@ -1,4 +1,4 @@
-//! DESIGN.md §3: how exports of several clusters merge into one import, seen
+//! KEP-1645: how exports of several clusters merge into one import, seen
 //! through DNS and through `status -o json`.
 
 mod common;

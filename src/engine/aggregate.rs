@@ -1,5 +1,5 @@
 //! Merges the exports of one `<namespace>/<name>` across clusters into an
-//! import and the conditions of every export (DESIGN.md §3). Pure: no I/O, no
+//! import and the conditions of every export (KEP-1645; ARCHITECTURE.md, "Where each rule is decided"). Pure: no I/O, no
 //! clock, no VIPs (those are the allocator's).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

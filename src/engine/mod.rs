@@ -10,8 +10,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use tracing::warn;
-
 use crate::model::conditions::ConflictReason;
 use crate::model::import::{Aggregate, Import, ImportCluster};
 use crate::model::{Change, ClusterId, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey};
@@ -121,6 +119,60 @@ pub struct Engine {
     vips: VipAllocator,
     /// Clusters whose heartbeat timed out ([`Change::Live`]).
     dead: BTreeSet<ClusterId>,
+    /// What the applies since the last [`Engine::take_notes`] could not do
+    /// cleanly; the engine does no I/O, so the runtime logs and counts them.
+    notes: Vec<Note>,
+}
+
+/// Something an apply could not do cleanly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// A ClusterSetIP import got no VIP: its pool has no free address.
+    PoolExhausted {
+        /// The service left without a VIP.
+        service: ServiceKey,
+        /// Which pool.
+        error: vip::PoolExhausted,
+    },
+    /// The broker's VIP record gives an address another service holds.
+    SharedVip {
+        /// The service the record is for.
+        service: ServiceKey,
+        /// The address.
+        ip: IpAddr,
+        /// The service holding it.
+        holder: ServiceKey,
+    },
+    /// A cluster uses a clusterset VIP for a Service or an endpoint.
+    ClusterUsesVip {
+        /// The address.
+        ip: IpAddr,
+        /// The service whose VIP it is.
+        holder: ServiceKey,
+    },
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::PoolExhausted { service, error } => {
+                write!(f, "{service}: no VIP for the import: {error}")
+            }
+            Note::SharedVip {
+                service,
+                ip,
+                holder,
+            } => {
+                write!(
+                    f,
+                    "{service}: the broker gives VIP {ip}, which {holder} holds"
+                )
+            }
+            Note::ClusterUsesVip { ip, holder } => {
+                write!(f, "a cluster uses {ip}, the clusterset VIP of {holder}")
+            }
+        }
+    }
 }
 
 impl Engine {
@@ -137,7 +189,13 @@ impl Engine {
             results: HashMap::default(),
             vips: VipAllocator::new(settings.pools),
             dead: BTreeSet::new(),
+            notes: Vec::new(),
         }
+    }
+
+    /// What the applies since the last call could not do cleanly.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
     }
 
     /// The VIP allocator (to restore or save allocations).
@@ -276,7 +334,12 @@ impl Engine {
             }
             Change::Vips(key, ips) => {
                 for (holder, ip) in self.vips.assign(&key, &ips) {
-                    warn!(service = %key, %ip, holder = %holder, "the broker gives one VIP to two services");
+                    let service = key.clone();
+                    self.notes.push(Note::SharedVip {
+                        service,
+                        ip,
+                        holder,
+                    });
                 }
             }
             Change::Live(cluster, true) => {
@@ -324,7 +387,10 @@ impl Engine {
         }
         for ip in new {
             if let Some(holder) = self.vips.mark_cluster_address(*ip) {
-                warn!(%ip, service = %holder, "a cluster uses an address that is a clusterset VIP");
+                self.notes.push(Note::ClusterUsesVip {
+                    ip: *ip,
+                    holder: holder.clone(),
+                });
             }
         }
     }
@@ -359,7 +425,10 @@ impl Engine {
                 } else if allocate {
                     match self.vips.ensure(key, &import.ip_families) {
                         Ok(vips) => import.vips = vips.into_iter().collect(),
-                        Err(e) => warn!(service = %key, error = %e, "no VIP for the import"),
+                        Err(error) => self.notes.push(Note::PoolExhausted {
+                            service: key.clone(),
+                            error,
+                        }),
                     }
                 } else {
                     import.vips = self
@@ -627,5 +696,43 @@ mod tests {
         ]);
         engine.release_unclaimed_vips();
         assert_eq!(engine.vips_mut().allocations(), vec![(key(), saved)]);
+    }
+
+    /// The engine does no I/O: what it could not do comes back as notes,
+    /// for the runtime to log and count (`reconcile_errors_total`).
+    #[test]
+    fn an_exhausted_pool_is_a_note() {
+        let settings = EngineSettings {
+            pools: VipPools {
+                v4: "243.0.0.0/31".parse().unwrap(),
+                ..VipPools::default()
+            },
+            ..EngineSettings::default()
+        };
+        let mut engine = Engine::new(settings);
+        let mut changes = Vec::new();
+        for (n, name) in ["a", "b", "c"].into_iter().enumerate() {
+            let key = ServiceKey::new("shop", name);
+            let service = service(&[&format!("10.0.0.{}", n + 1)], &[]);
+            changes.push(Change::Upsert(
+                "east".into(),
+                key.clone(),
+                Object::Service(Arc::new(service)),
+            ));
+            let age = i64::try_from(n).unwrap();
+            changes.push(Change::Upsert(
+                "east".into(),
+                key,
+                Object::Export(export(age).into()),
+            ));
+        }
+        engine.apply(changes);
+        let notes = engine.take_notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            matches!(&notes[0], Note::PoolExhausted { error, .. } if error.pool.to_string() == "243.0.0.0/31"),
+            "{notes:?}"
+        );
+        assert!(engine.take_notes().is_empty(), "taken once");
     }
 }

@@ -49,7 +49,7 @@ impl VipPools {
 }
 
 /// No free address is left in a pool.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("VIP pool {pool} is exhausted")]
 pub struct PoolExhausted {
     /// The exhausted pool.

@@ -30,6 +30,22 @@ pub enum ConflictReason {
     ClusterSetIPConflict,
 }
 
+impl ConflictReason {
+    /// Every reason, for metrics that list each one (zero included).
+    pub const ALL: [ConflictReason; 10] = [
+        ConflictReason::PortConflict,
+        ConflictReason::TypeConflict,
+        ConflictReason::SessionAffinityConflict,
+        ConflictReason::SessionAffinityConfigConflict,
+        ConflictReason::LabelsConflict,
+        ConflictReason::AnnotationsConflict,
+        ConflictReason::InternalTrafficPolicyConflict,
+        ConflictReason::TrafficDistributionConflict,
+        ConflictReason::IPFamilyConflict,
+        ConflictReason::ClusterSetIPConflict,
+    ];
+}
+
 impl fmt::Display for ConflictReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)

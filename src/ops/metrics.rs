@@ -181,7 +181,7 @@ impl Metrics {
             .with_label_values(&["Headless"])
             .set(gauge(stats.headless));
         self.endpoints.set(gauge(stats.endpoints));
-        for reason in ALL_REASONS {
+        for reason in ConflictReason::ALL {
             let count = stats.conflicts.get(&reason).copied().unwrap_or(0);
             self.conflicts
                 .with_label_values(&[reason.to_string()])
@@ -274,19 +274,6 @@ impl Default for Metrics {
         Self::new()
     }
 }
-
-const ALL_REASONS: [ConflictReason; 10] = [
-    ConflictReason::PortConflict,
-    ConflictReason::TypeConflict,
-    ConflictReason::SessionAffinityConflict,
-    ConflictReason::SessionAffinityConfigConflict,
-    ConflictReason::LabelsConflict,
-    ConflictReason::AnnotationsConflict,
-    ConflictReason::InternalTrafficPolicyConflict,
-    ConflictReason::TrafficDistributionConflict,
-    ConflictReason::IPFamilyConflict,
-    ConflictReason::ClusterSetIPConflict,
-];
 
 fn gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

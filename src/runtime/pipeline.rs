@@ -8,7 +8,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use crate::cli::ClustersetArgs;
-use crate::engine::{Engine, EngineReader};
+use crate::engine::{Engine, EngineReader, Note};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
@@ -74,9 +74,14 @@ impl Pipeline {
             }
         }
         let saved = self.persist();
+        let mut complete = saved;
+        for note in self.engine.take_notes() {
+            complete &= !matches!(note, Note::PoolExhausted { .. });
+            warn!("{note}");
+        }
         if let Some(out) = &self.outputs {
             out.metrics
-                .reconciled(&self.engine, started.elapsed(), saved);
+                .reconciled(&self.engine, started.elapsed(), complete);
         }
     }
 
