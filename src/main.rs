@@ -96,10 +96,7 @@ fn init_logging(invocation: &Invocation) {
     let (filter, bad) = match EnvFilter::builder().parse(&directives) {
         Ok(filter) => (filter, None),
         // Only RUST_LOG can be invalid here: --log-level is validated by the parser.
-        Err(e) => (
-            EnvFilter::new("info,hickory_server=warn,hickory_proto=error"),
-            Some(e),
-        ),
+        Err(e) => (EnvFilter::new("info,hickory_proto=error"), Some(e)),
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -34,15 +34,14 @@ pub struct Invocation {
 
 /// Library targets kept quieter than the chosen level unless named: both
 /// would otherwise log per packet.
-const QUIET_TARGETS: [(&str, &str); 2] = [("hickory_server", "warn"), ("hickory_proto", "error")];
+const QUIET_TARGETS: [(&str, &str); 1] = [("hickory_proto", "error")];
 
 impl Invocation {
     /// The tracing filter directives to log with, given `RUST_LOG`: the
     /// command line's `--log-level`, else `RUST_LOG` when set and not empty,
-    /// else the config file's `log-level`, else `info`. `hickory_server` is
-    /// kept at `warn` (no line per query) and `hickory_proto` at `error`
-    /// (its warnings are about packets a remote sender wrote; metrics count
-    /// them) unless the directives name them.
+    /// else the config file's `log-level`, else `info`. `hickory_proto` is
+    /// kept at `error` (its warnings are about packets a remote sender wrote;
+    /// metrics count them) unless the directives name it.
     pub fn log_directives(&self, rust_log: Option<&str>) -> String {
         let rust_log = rust_log.map(str::trim).filter(|s| !s.is_empty());
         let chosen = match (&self.cli.log_level, rust_log) {
@@ -586,7 +585,7 @@ mod tests {
     #[test]
     fn log_directives_precedence() {
         let mut inv = parse(["x", "serve"]).unwrap();
-        let quiet = ",hickory_server=warn,hickory_proto=error";
+        let quiet = ",hickory_proto=error";
         assert_eq!(inv.log_directives(None), format!("info{quiet}"));
         assert_eq!(inv.log_directives(Some("")), format!("info{quiet}"));
         assert_eq!(inv.log_directives(Some("debug")), format!("debug{quiet}"));
@@ -595,10 +594,7 @@ mod tests {
         assert_eq!(inv.log_directives(None), format!("trace{quiet}"));
         inv.log_level_on_command_line = true;
         assert_eq!(inv.log_directives(Some("debug")), format!("trace{quiet}"));
-        inv.cli.log_level = Some("info,hickory_server=debug".into());
-        assert_eq!(
-            inv.log_directives(None),
-            "info,hickory_server=debug,hickory_proto=error"
-        );
+        inv.cli.log_level = Some("info,hickory_proto=debug".into());
+        assert_eq!(inv.log_directives(None), "info,hickory_proto=debug");
     }
 }

@@ -93,7 +93,7 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
 
     let (families, left_out) = intersect_families(&valid);
     let ports = union_ports(valid.iter().filter(|c| !left_out.contains(c.cluster)));
-    let type_ = import_type(oldest.service.kind);
+    let type_ = ImportType::of(oldest.service.kind);
     let differences: Vec<Vec<Difference>> = valid
         .iter()
         .map(|c| {
@@ -155,13 +155,6 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
     Aggregate {
         import: Some(Arc::new(import)),
         exports,
-    }
-}
-
-fn import_type(kind: ServiceKind) -> ImportType {
-    match kind {
-        ServiceKind::Headless => ImportType::Headless,
-        ServiceKind::ClusterIp | ServiceKind::ExternalName => ImportType::ClusterSetIP,
     }
 }
 

@@ -464,7 +464,7 @@ fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Ips {
     clusters.sort_by_key(|c| Some(&c.cluster) != local);
     let mut addresses = Ips::new();
     for ip in clusters.iter().flat_map(|c| &c.cluster_ips) {
-        if import.local_families.contains(&IpFamily::of(ip)) && !addresses.contains(ip) {
+        if import.serves(ip) && !addresses.contains(ip) {
             addresses.push(*ip);
         }
     }

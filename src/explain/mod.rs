@@ -322,7 +322,7 @@ fn endpoint_reason(
 
 /// The addresses a cluster puts in answers for the service name itself.
 fn contributed(import: &Import, part: &crate::model::import::ImportCluster) -> Vec<IpAddr> {
-    let served = |ip: &IpAddr| import.local_families.contains(&IpFamily::of(ip));
+    let served = |ip: &IpAddr| import.serves(ip);
     match import.type_ {
         ImportType::Headless => part
             .endpoints

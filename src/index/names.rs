@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::ServiceEntry;
+use crate::model::ImportType;
 use crate::model::import::{Import, ImportCluster};
-use crate::model::{ImportType, IpFamily};
 
 /// A name that exists in the zone.
 #[derive(Clone, Debug)]
@@ -96,10 +96,7 @@ fn has_names_below(import: &Import, labels: &[&[u8]], cluster_targeting: bool) -
 
 /// Whether `cluster` has an endpoint of a served family (so per-pod names).
 fn has_pod_names(cluster: &ImportCluster, import: &Import) -> bool {
-    cluster
-        .endpoints
-        .iter()
-        .any(|e| import.local_families.contains(&IpFamily::of(&e.address)))
+    cluster.endpoints.iter().any(|e| import.serves(&e.address))
 }
 
 /// Whether the dotted id ends with `labels` (compared label by label).
@@ -150,7 +147,7 @@ fn pod_addresses(cluster: &ImportCluster, host: &[u8], import: &Import) -> Vec<I
     cluster
         .endpoints
         .iter()
-        .filter(|e| import.local_families.contains(&IpFamily::of(&e.address)))
+        .filter(|e| import.serves(&e.address))
         .filter(|e| match &e.hostname {
             Some(h) => h.as_bytes() == host,
             None => dashed(&e.address).as_bytes() == host,

@@ -46,7 +46,7 @@ pub fn service_records(
         ServiceName::Pod(_, ips) => addresses(&mut ips.iter().copied()),
         ServiceName::Cluster(index) => {
             let cluster = &import.clusters[*index];
-            let local = |ip: &IpAddr| import.local_families.contains(&IpFamily::of(ip));
+            let local = |ip: &IpAddr| import.serves(ip);
             match import.type_ {
                 ImportType::ClusterSetIP => {
                     addresses(&mut cluster.cluster_ips.iter().copied().filter(local))
@@ -148,7 +148,7 @@ pub(super) fn local_endpoints<'a>(
     import.clusters.iter().filter(backing).flat_map(move |c| {
         c.endpoints
             .iter()
-            .filter(|e| import.local_families.contains(&IpFamily::of(&e.address)))
+            .filter(|e| import.serves(&e.address))
             .map(|e| (c.cluster.as_ref(), e.address, e.hostname.as_deref()))
     })
 }

@@ -16,8 +16,8 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use super::records::{local_endpoints, pod_name, wants};
 use super::{Index, Lookup, Owner, ns_name, soa_record};
+use crate::model::ImportType;
 use crate::model::import::Import;
-use crate::model::{ImportType, IpFamily};
 
 /// A reverse zone served: its apex and the addresses below it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,7 +157,7 @@ impl ReverseMap {
             ImportType::ClusterSetIP => import
                 .addresses
                 .iter()
-                .filter(|ip| import.local_families.contains(&IpFamily::of(ip)) && served(ip))
+                .filter(|ip| import.serves(ip) && served(ip))
                 .map(|ip| (*ip, service.clone()))
                 .collect(),
             ImportType::Headless => local_endpoints(import, None)

@@ -178,10 +178,7 @@ pub fn export_record(
     };
     let mut labels = service_labels(key, Some(cluster));
     labels.insert(LABEL_ROLE.into(), Role::Export.as_str().into());
-    let type_ = match service.kind {
-        ServiceKind::Headless => ImportType::Headless,
-        ServiceKind::ClusterIp | ServiceKind::ExternalName => ImportType::ClusterSetIP,
-    };
+    let type_ = ImportType::of(service.kind);
     ServiceImport {
         metadata: ObjectMeta {
             name: Some(export_record_name(key, cluster)),

@@ -96,12 +96,15 @@ pub struct Import {
 }
 
 impl Import {
+    /// Whether the local cluster serves addresses of `ip`'s family for this
+    /// import (the intersected families it supports).
+    pub fn serves(&self, ip: &IpAddr) -> bool {
+        self.local_families.contains(&IpFamily::of(ip))
+    }
+
     /// The VIPs the local cluster serves: those of `local_families`.
     pub fn local_vips(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        self.vips
-            .iter()
-            .copied()
-            .filter(|ip| self.local_families.contains(&IpFamily::of(ip)))
+        self.vips.iter().copied().filter(|ip| self.serves(ip))
     }
 }
 

@@ -139,6 +139,17 @@ pub enum ImportType {
 }
 
 impl ImportType {
+    /// How a Service of `kind` is imported (KEP-1645: ClusterIP, NodePort and
+    /// LoadBalancer as ClusterSetIP, `clusterIP: None` as Headless;
+    /// ExternalName cannot be exported, and counts as ClusterSetIP only in a
+    /// type conflict's message).
+    pub fn of(kind: ServiceKind) -> Self {
+        match kind {
+            ServiceKind::Headless => ImportType::Headless,
+            ServiceKind::ClusterIp | ServiceKind::ExternalName => ImportType::ClusterSetIP,
+        }
+    }
+
     /// The ServiceImport `spec.type` spelling.
     pub fn as_str(self) -> &'static str {
         match self {
