@@ -10,6 +10,10 @@
 #   PAIRS=3             alternated (knot, ours) UDP run pairs
 #   TCP=1               one TCP run per server after the UDP pairs (0: none)
 #   CLIENTS=8 OUTSTANDING=100 EDNS=1   dnsperf -c, -q, -e
+#   RATE=               dnsperf -Q: offer this many queries/s instead of as
+#                       many as the server takes; below both servers' maximum
+#                       the summary's CPU per query compares their efficiency
+#                       (the qps ratio is then only the offered load)
 #   SERVER_CORE=1 CLIENT_CORE=0        taskset cores
 #   KNOT_PORT=5391 OURS_PORT=5392      127.0.0.1 ports
 #   NOISE_MAX=10 QUIET_WAIT=20 RETRIES=1
@@ -36,6 +40,7 @@ OURS_PORT=${OURS_PORT:-5392}
 NOISE_MAX=${NOISE_MAX:-10}
 QUIET_WAIT=${QUIET_WAIT:-20}
 RETRIES=${RETRIES:-1}
+RATE=${RATE:-}
 
 need dig bind9-dnsutils
 need dnsperf dnsperf
@@ -65,13 +70,14 @@ wait_quiet() {
 # the least disturbed attempt is kept.
 run_dnsperf() {
     local label=$1 server=$2 port=$3 pid=$4 mode=$5 run=$6 size=$7 queries=$8
-    local out="$WORK/dnsperf-$label.txt" edns=() row best= attempt other best_other=1000
+    local out="$WORK/dnsperf-$label.txt" edns=() rate=() row best= attempt other best_other=1000
     [ "$EDNS" = 1 ] && edns=(-e)
+    [ -n "$RATE" ] && rate=(-Q "$RATE")
     for attempt in $(seq $((RETRIES + 1))); do
         wait_quiet
         row=$(timeout $((DURATION + 30)) python3 "$BENCH_DIR/run_dnsperf.py" "$out" "$pid" "$SERVER_CORE" "$CLIENT_CORE" "$size" "$server" "$mode" "$run" -- \
             taskset -c "$CLIENT_CORE" dnsperf -s 127.0.0.1 -p "$port" -m "$mode" \
-            -d "$queries" -l "$DURATION" -c "$CLIENTS" -q "$OUTSTANDING" "${edns[@]}") \
+            -d "$queries" -l "$DURATION" -c "$CLIENTS" -q "$OUTSTANDING" "${edns[@]}" "${rate[@]}") \
             || die "dnsperf failed, see $out"
         kill -0 "$pid" 2>/dev/null || die "$server died during the run"
         other=${row##*$'\t'}
@@ -177,6 +183,13 @@ for size in dict.fromkeys(r["size"] for r in rows):
     ratios = [ours[k] / knot[k] for k in knot if k in ours]
     print(f"{size}: UDP qps ours/knot, median of {len(ratios)} pairs = {statistics.median(ratios):.2f}"
           f" ({', '.join(f'{x:.2f}' for x in ratios)})")
+    # CPU time of the server process per query answered, in microseconds.
+    per_query = lambda r: float(r["server_cpu_pct"]) * 1e4 / max(float(r["qps"]), 1.0)
+    kc, oc = get("knot", "udp", per_query), get("clusterset-dns", "udp", per_query)
+    if kc and oc:
+        print(f"{size}: UDP CPU per query: ours {statistics.median(oc.values()):.2f} us, knot "
+              f"{statistics.median(kc.values()):.2f} us, ratio ours/knot "
+              f"{statistics.median(oc.values()) / statistics.median(kc.values()):.2f}")
     kt, ot = get("knot", "tcp"), get("clusterset-dns", "tcp")
     if kt and ot:
         print(f"{size}: TCP qps ours/knot = {ot['1'] / kt['1']:.2f}")
