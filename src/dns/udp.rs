@@ -477,4 +477,294 @@ mod tests {
             self.0.store(true, Ordering::Relaxed);
         }
     }
+
+    /// `wEb.ShOp. IN A`, in the mixed case a resolver using 0x20 randomisation sends.
+    const QUESTION: &[u8] = b"\x03wEb\x04ShOp\x00\x00\x01\x00\x01";
+    /// The same question as the server wrote it into the cached response.
+    const CACHED_QUESTION: &[u8] = b"\x03web\x04shop\x00\x00\x01\x00\x01";
+    /// An A record for the question's name (a pointer to offset 12), 10.0.0.1.
+    const ANSWER: &[u8] = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x05\x00\x04\x0a\x00\x00\x01";
+    /// The offset just past [`QUESTION`].
+    const QUESTION_END: usize = question::START + QUESTION.len();
+    /// RD (byte 2) and CD (byte 3) in the 16-bit flags word (RFC 1035 §4.1.1, RFC 4035 §3.2.2).
+    const RD: u16 = 0x0100;
+    const CD: u16 = 0x0010;
+
+    /// A message: ID, flags, QD/AN/NS/AR counts, then the sections' bytes.
+    fn message(id: u16, flags: u16, counts: [u16; 4], sections: &[&[u8]]) -> Vec<u8> {
+        let mut bytes = [id.to_be_bytes(), flags.to_be_bytes()].concat();
+        for count in counts {
+            bytes.extend(count.to_be_bytes());
+        }
+        for section in sections {
+            bytes.extend_from_slice(section);
+        }
+        bytes
+    }
+
+    /// An OPT record (RFC 6891 §6.1.2): root owner, type 41, the payload
+    /// size as class, extended RCODE 0, `version`, the DO bit, `rdata`.
+    fn opt_record(payload: u16, version: u8, dnssec_ok: bool, rdata: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![0, 0, 41];
+        bytes.extend(payload.to_be_bytes());
+        bytes.extend([0, version, if dnssec_ok { 0x80 } else { 0 }, 0]);
+        bytes.extend(u16::try_from(rdata.len()).unwrap().to_be_bytes());
+        bytes.extend_from_slice(rdata);
+        bytes
+    }
+
+    /// A query for [`QUESTION`] with ID 0xbeef, these flags and OPT record.
+    fn query(flags: u16, opt: Option<&[u8]>) -> Vec<u8> {
+        match opt {
+            Some(opt) => message(0xbeef, flags, [1, 0, 0, 1], &[QUESTION, opt]),
+            None => message(0xbeef, flags, [1, 0, 0, 0], &[QUESTION]),
+        }
+    }
+
+    /// A cached answer: ID 0, QR AA RD set, RA CD set, RCODE 0, the question
+    /// in lower case, one A record, then `filler` bytes standing in for more.
+    fn cached(filler: usize) -> Vec<u8> {
+        let filler = vec![0xaa; filler];
+        message(0, 0x8590, [1, 1, 0, 0], &[CACHED_QUESTION, ANSWER, &filler])
+    }
+
+    fn parse(packet: &[u8]) -> FastQuery {
+        FastQuery::parse(packet).expect("a plain query")
+    }
+
+    /// Runs `reuse` into a fresh buffer: whether it answered, and what it wrote.
+    fn reuse(packet: &[u8], cached: Vec<u8>, add_opt: bool) -> (bool, Vec<u8>) {
+        let mut out = Vec::new();
+        let done = parse(packet).reuse((Arc::from(cached), add_opt), packet, &mut out);
+        (done, out)
+    }
+
+    /// The OPT records we add are EDNS version 0 with our payload size,
+    /// no options, and the DO bit as given (RFC 6891 §6.1.2, §6.1.3; RFC 3225 §3).
+    #[test]
+    fn our_opt_records_are_version_0_with_payload_1232() {
+        assert_eq!(OPT[0], opt_record(1232, 0, false, &[]));
+        assert_eq!(OPT[1], opt_record(1232, 0, true, &[]));
+    }
+
+    #[test]
+    fn parse_takes_a_plain_query_without_edns_at_the_512_byte_limit() {
+        let query = parse(&query(RD, None));
+        assert_eq!(query.query.name().to_ascii(), "wEb.ShOp.");
+        assert_eq!(query.query.query_type(), RecordType::A);
+        assert_eq!(query.question_end, QUESTION_END);
+        assert_eq!(query.limit, 512, "RFC 1035 §4.2.1: 512 bytes without EDNS");
+        assert_eq!(query.edns, None);
+        assert!(!query.edns_cut);
+    }
+
+    /// RFC 6891 §6.2.5: a payload size below 512 counts as 512; ours caps
+    /// larger ones at 1232. RFC 3225 §3: the DO bit is kept to copy back.
+    #[test]
+    fn parse_takes_payload_size_and_do_bit_from_the_opt_record_rfc6891_6_2_5() {
+        let cases = [
+            (4096, false, 1232),
+            (1232, true, 1232),
+            (1000, true, 1000),
+            (100, false, 512),
+        ];
+        for (payload, dnssec_ok, limit) in cases {
+            let opt = opt_record(payload, 0, dnssec_ok, &[]);
+            let query = parse(&query(0, Some(&opt)));
+            assert_eq!(query.limit, limit, "payload {payload}");
+            assert_eq!(query.edns, Some(dnssec_ok), "payload {payload}");
+            assert_eq!(query.question_end, QUESTION_END);
+            assert!(!query.edns_cut);
+        }
+    }
+
+    /// An option cut short in the OPT record (RFC 6891 §6.1.2) is noted,
+    /// and the query still takes the fast path.
+    #[test]
+    fn parse_notes_opt_options_cut_short() {
+        let whole = opt_record(1232, 0, false, b"\x00\x0a\x00\x02\x01\x02");
+        assert!(!parse(&query(0, Some(&whole))).edns_cut);
+        let cut = opt_record(1232, 0, false, b"\x00\x0a");
+        let query = parse(&query(0, Some(&cut)));
+        assert!(query.edns_cut);
+        assert_eq!(query.edns, Some(false));
+    }
+
+    /// Anything but one question and at most an EDNS(0) OPT record, with no
+    /// byte after it, is left to the slow path (RFC 1035 §4.1.1 header,
+    /// §4.1.4 compression, RFC 6891 §6.1.1 one OPT, §6.1.3 version).
+    #[test]
+    fn parse_leaves_everything_but_a_plain_query_to_the_slow_path() {
+        let opt = opt_record(1232, 0, false, &[]);
+        let a_record = [b"\x00" as &[u8], &ANSWER[2..]].concat();
+        let pointer = b"\x03wEb\xc0\x0c\x00\x01\x00\x01";
+        let cases: [(&str, Vec<u8>); 13] = [
+            ("a response (QR)", query(0x8000, None)),
+            ("opcode NOTIFY", query(0x2000, None)),
+            ("opcode STATUS", query(0x1000, None)),
+            ("no question", message(1, 0, [0, 0, 0, 0], &[])),
+            (
+                "two questions",
+                message(1, 0, [2, 0, 0, 0], &[QUESTION, QUESTION]),
+            ),
+            (
+                "an answer",
+                message(1, 0, [1, 1, 0, 0], &[QUESTION, ANSWER]),
+            ),
+            (
+                "an authority",
+                message(1, 0, [1, 0, 1, 0], &[QUESTION, ANSWER]),
+            ),
+            (
+                "two additionals",
+                message(1, 0, [1, 0, 0, 2], &[QUESTION, &opt, &opt]),
+            ),
+            (
+                "an A record as additional",
+                message(1, 0, [1, 0, 0, 1], &[QUESTION, &a_record]),
+            ),
+            (
+                "EDNS version 1",
+                query(0, Some(&opt_record(1232, 1, false, &[]))),
+            ),
+            ("a trailing byte", [query(0, None), vec![0]].concat()),
+            (
+                "a pointer in the question",
+                message(1, 0, [1, 0, 0, 0], &[pointer]),
+            ),
+            (
+                "a cut question",
+                message(1, 0, [1, 0, 0, 0], &[&QUESTION[..12]]),
+            ),
+        ];
+        for (what, packet) in cases {
+            assert!(FastQuery::parse(&packet).is_none(), "{what}");
+        }
+        assert!(FastQuery::parse(&[0; 11]).is_none(), "a cut header");
+    }
+
+    /// RFC 1035 §4.1.1: the ID and RD are copied from the query; RFC 4035
+    /// §3.2.2: so is CD. The other flags, the counts and the records are the
+    /// cached ones; the question is the query's, in its case.
+    #[test]
+    fn reuse_copies_id_rd_cd_and_question_case_rfc1035_4_1_1() {
+        for (flags, byte2, byte3) in [(0, 0x84, 0x80), (RD | CD, 0x85, 0x90)] {
+            let packet = query(flags, None);
+            let (done, out) = reuse(&packet, cached(0), false);
+            assert!(done);
+            let expected = [
+                &[0xbe, 0xef, byte2, byte3, 0, 1, 0, 1, 0, 0, 0, 0][..],
+                QUESTION,
+                ANSWER,
+            ]
+            .concat();
+            assert_eq!(out, expected, "query flags {flags:#06x}");
+        }
+    }
+
+    /// RFC 6891 §6.1.1: a query with an OPT record gets one back; ours is
+    /// version 0 (§6.1.3) with the query's DO bit (RFC 3225 §3), and
+    /// ARCOUNT counts it.
+    #[test]
+    fn reuse_appends_opt_with_the_do_bit_asked_rfc6891_6_1_3_rfc3225_3() {
+        for dnssec_ok in [false, true] {
+            let packet = query(RD, Some(&opt_record(4096, 0, dnssec_ok, &[])));
+            let (done, out) = reuse(&packet, cached(0), true);
+            assert!(done);
+            let expected = [
+                &[0xbe, 0xef, 0x85, 0x80, 0, 1, 0, 1, 0, 0, 0, 1][..],
+                QUESTION,
+                ANSWER,
+                &opt_record(1232, 0, dnssec_ok, &[]),
+            ]
+            .concat();
+            assert_eq!(out, expected, "DO {dnssec_ok}");
+        }
+    }
+
+    /// A response cut to the client's limit is cached with its OPT record:
+    /// reused without adding another (ARCOUNT as cached).
+    #[test]
+    fn reuse_adds_no_opt_to_a_response_that_has_one() {
+        let packet = query(0, Some(&opt_record(1232, 0, true, &[])));
+        let (done, out) = reuse(&packet, cached(0), false);
+        assert!(done);
+        let expected = [
+            &[0xbe, 0xef, 0x84, 0x80, 0, 1, 0, 1, 0, 0, 0, 0][..],
+            QUESTION,
+            ANSWER,
+        ]
+        .concat();
+        assert_eq!(out, expected);
+    }
+
+    /// A response longer than the client's limit (512 bytes without EDNS,
+    /// RFC 1035 §4.2.1; its payload size with, RFC 6891 §6.2.3), counting
+    /// the OPT record to add, is not reused: the slow path truncates it.
+    #[test]
+    fn reuse_refuses_a_response_over_the_clients_limit_rfc1035_4_2_1() {
+        let base = cached(0).len();
+        let plain = query(0, None);
+        assert!(reuse(&plain, cached(512 - base), false).0);
+        assert_eq!(reuse(&plain, cached(513 - base), false), (false, vec![]));
+        let edns = query(0, Some(&opt_record(1000, 0, false, &[])));
+        let opt_len = OPT[0].len();
+        let (done, out) = reuse(&edns, cached(1000 - opt_len - base), true);
+        assert!(done);
+        assert_eq!(out.len(), 1000);
+        let over = cached(1001 - opt_len - base);
+        assert_eq!(reuse(&edns, over.clone(), true), (false, vec![]));
+        // Already holding its OPT record, the same bytes fit.
+        assert!(reuse(&edns, over, false).0);
+    }
+
+    /// A cached response whose question is not the query's (another name
+    /// or type, or too short to hold it) is never sent.
+    #[test]
+    fn reuse_refuses_a_response_to_another_question() {
+        let packet = query(0, None);
+        let other = |question: &[u8]| message(0, 0x8590, [1, 1, 0, 0], &[question, ANSWER]);
+        let cases = [
+            (
+                "another name",
+                other(b"\x03wEx\x04shop\x00\x00\x01\x00\x01"),
+            ),
+            (
+                "another type",
+                other(b"\x03web\x04shop\x00\x00\x1c\x00\x01"),
+            ),
+            (
+                "another class",
+                other(b"\x03web\x04shop\x00\x00\x01\x00\x03"),
+            ),
+            ("cut short", cached(0)[..QUESTION_END - 1].to_vec()),
+        ];
+        for (what, cached) in cases {
+            assert_eq!(reuse(&packet, cached, false), (false, vec![]), "{what}");
+        }
+    }
+
+    /// `lookup` finds what the slow path cached: the complete response,
+    /// with the OPT record still to add for an EDNS query.
+    #[test]
+    fn lookup_finds_the_response_the_slow_path_cached() {
+        let index = demo_index(false);
+        let peer: SocketAddr = "127.0.0.1:53000".parse().unwrap();
+        let name = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
+        let plain = message(7, RD, [1, 0, 0, 0], &[name]);
+        let opt = opt_record(1232, 0, false, &[]);
+        let edns = message(8, RD, [1, 0, 0, 1], &[name, &opt]);
+        assert!(
+            parse(&plain).lookup(&index, &plain).is_none(),
+            "not yet cached"
+        );
+        let mut sent = Vec::new();
+        respond(&index, &plain, peer, &mut sent).unwrap();
+        let (full, add_opt) = parse(&plain).lookup(&index, &plain).expect("cached");
+        assert_eq!(&full[2..], &sent[2..], "the response sent, ID aside");
+        assert!(!add_opt);
+        let (full, add_opt) = parse(&edns).lookup(&index, &edns).expect("cached");
+        assert_eq!(&full[2..], &sent[2..]);
+        assert!(add_opt);
+    }
 }

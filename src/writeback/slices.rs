@@ -106,3 +106,238 @@ pub fn import_owner(key: &ServiceKey, uid: String) -> OwnerReference {
         ..OwnerReference::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+
+    use k8s_openapi::api::discovery::v1::EndpointPort;
+    use smallvec::smallvec;
+
+    use super::*;
+    use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
+    use crate::k8s::records::{LABEL_SLICE_MANAGED_BY, MANAGER};
+    use crate::model::port::ServicePort;
+    use crate::model::{ExportAge, Exported, ServiceSpec};
+
+    fn port(name: &str, port: i32) -> ServicePort {
+        ServicePort {
+            name: Some(name.into()),
+            protocol: Some("TCP".into()),
+            app_protocol: None,
+            port,
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn endpoint(address: &str) -> Endpoint {
+        Endpoint {
+            address: ip(address),
+            hostname: None,
+            ready: true,
+        }
+    }
+
+    fn export(pod_ips: Option<bool>) -> ExportInfo {
+        ExportInfo {
+            age: ExportAge { created: 0, seq: 0 },
+            exported: Exported::default().shared(),
+            clusterset_ip: None,
+            pod_ips,
+        }
+    }
+
+    /// A dual-stack Service of `kind` with ports http 80 and metrics 9090.
+    fn service(kind: ServiceKind) -> ServiceInfo {
+        let cluster_ips = match kind {
+            ServiceKind::ClusterIp => smallvec![ip("10.96.0.10"), ip("fd00::10")],
+            _ => smallvec![],
+        };
+        ServiceInfo {
+            cluster_ips,
+            spec: Arc::new(ServiceSpec {
+                kind,
+                ports: Arc::from([port("http", 80), port("metrics", 9090)]),
+                ip_families: vec![IpFamily::IPv4, IpFamily::IPv6],
+                session_affinity: Cow::Borrowed("None"),
+                session_affinity_config: None,
+                internal_traffic_policy: Cow::Borrowed("Cluster"),
+                traffic_distribution: None,
+            }),
+        }
+    }
+
+    /// A slice of pod IPs with the Service's target ports.
+    fn pods() -> Arc<SliceInfo> {
+        Arc::new(SliceInfo {
+            endpoints: vec![endpoint("10.1.0.5"), endpoint("10.1.0.6")],
+            ports: vec![port("http", 8080), port("metrics", 9100)],
+        })
+    }
+
+    /// The cluster's EndpointSlices: `web-abc` with pods, `web-empty` without.
+    fn inputs() -> ClusterInputs {
+        let mut inputs = ClusterInputs::default();
+        inputs.slices.insert("web-abc".into(), pods());
+        inputs
+            .slices
+            .insert("web-empty".into(), Arc::new(SliceInfo::default()));
+        inputs
+    }
+
+    /// A ClusterIP Service without pod IPs publishes one slice per family
+    /// holding its ClusterIP, with the Service's ports; its own
+    /// EndpointSlices are not published.
+    #[test]
+    fn clusterip_without_pod_ips_publishes_one_slice_per_family() {
+        let service = service(ServiceKind::ClusterIp);
+        let published = published(&export(None), &service, &inputs(), false);
+        let expected = |address| SliceInfo {
+            endpoints: vec![endpoint(address)],
+            ports: vec![port("http", 80), port("metrics", 9090)],
+        };
+        let published: Vec<_> = published
+            .into_iter()
+            .map(|(n, s)| (n, (*s).clone()))
+            .collect();
+        assert_eq!(
+            published,
+            [
+                ("clusterip-IPv4".to_owned(), expected("10.96.0.10")),
+                ("clusterip-IPv6".to_owned(), expected("fd00::10")),
+            ]
+        );
+    }
+
+    /// With pod IPs, a cluster publishes its non-empty EndpointSlices as
+    /// they are (shared, not copied); a headless Service always does.
+    #[test]
+    fn pod_ips_publish_the_non_empty_source_slices() {
+        let inputs = inputs();
+        let cases = [
+            (ServiceKind::ClusterIp, None, true),
+            (ServiceKind::Headless, None, false),
+            (ServiceKind::Headless, None, true),
+        ];
+        for (kind, pod_ips, default) in cases {
+            let published = published(&export(pod_ips), &service(kind), &inputs, default);
+            let names: Vec<_> = published.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["web-abc"], "{kind:?}, default {default}");
+            assert!(Arc::ptr_eq(
+                &published[0].1,
+                inputs.slices.get("web-abc").unwrap()
+            ));
+        }
+    }
+
+    /// The export's `use-pod-ips` annotation overrides the global default
+    /// either way.
+    #[test]
+    fn the_exports_pod_ip_switch_overrides_the_default() {
+        let service = service(ServiceKind::ClusterIp);
+        let names = |pod_ips, default| -> Vec<String> {
+            published(&export(pod_ips), &service, &inputs(), default)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(names(Some(true), false), ["web-abc"]);
+        assert_eq!(
+            names(Some(false), true),
+            ["clusterip-IPv4", "clusterip-IPv6"]
+        );
+    }
+
+    fn east(ports: &[ServicePort]) -> ImportCluster {
+        ImportCluster {
+            cluster: "east".into(),
+            cluster_ips: smallvec![],
+            endpoints: crate::model::import::Endpoints::Picked(vec![]),
+            ports: Arc::from(ports),
+        }
+    }
+
+    /// The member's slices for cluster `east` from its published slices,
+    /// owned by the ServiceImport with uid `uid-1`.
+    fn mirrored(cluster: &ImportCluster) -> Vec<(String, EndpointSlice)> {
+        let key = ServiceKey::new("shop", "web");
+        let owner = import_owner(&key, "uid-1".into());
+        let empty = Arc::new(SliceInfo::default());
+        let pods = pods();
+        let sources = [("web-abc", &pods), ("web-empty", &empty)];
+        member_slices(&key, cluster, sources, &owner).collect()
+    }
+
+    fn port_names(slice: &EndpointSlice) -> Vec<&str> {
+        let ports = slice.ports.as_deref().unwrap_or_default();
+        ports.iter().map(|p| p.name.as_deref().unwrap()).collect()
+    }
+
+    /// KEP-1645 "Using EndpointSlice objects to track endpoints": a mirrored
+    /// slice carries the MCS service-name and source-cluster labels and the
+    /// EndpointSlice manager label, lives in the service's namespace, and is
+    /// owned by the ServiceImport; empty sources are not mirrored.
+    #[test]
+    fn member_slices_are_labelled_and_owned_by_the_service_import() {
+        let key = ServiceKey::new("shop", "web");
+        let slices = mirrored(&east(&[port("http", 80), port("metrics", 9090)]));
+        let [(name, slice)] = &slices[..] else {
+            panic!("one slice: {slices:?}")
+        };
+        assert_eq!(*name, records::mirror_slice_name(&key, "east", "web-abc"));
+        assert_eq!(slice.metadata.name.as_ref(), Some(name));
+        assert_eq!(slice.metadata.namespace.as_deref(), Some("shop"));
+        let labels = slice.metadata.labels.clone().unwrap_or_default();
+        let expected = BTreeMap::from([
+            (LABEL_MCS_SERVICE_NAME, "web"),
+            (LABEL_SOURCE_CLUSTER, "east"),
+            (LABEL_SLICE_MANAGED_BY, MANAGER),
+        ]);
+        for (label, value) in expected {
+            assert_eq!(
+                labels.get(label).map(String::as_str),
+                Some(value),
+                "{label}"
+            );
+        }
+        let owners = slice.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners, [import_owner(&key, "uid-1".into())]);
+        assert_eq!(owners[0].kind, "ServiceImport");
+        assert_eq!(owners[0].name, "web");
+        assert_eq!(owners[0].uid, "uid-1");
+        assert!(owners[0].api_version.starts_with("multicluster.x-k8s.io/"));
+        assert_eq!(slice.address_type, "IPv4");
+        let addresses: Vec<_> = (slice.endpoints.iter().flatten())
+            .map(|e| e.addresses.join(","))
+            .collect();
+        assert_eq!(addresses, ["10.1.0.5", "10.1.0.6"]);
+        assert_eq!(port_names(slice), ["http", "metrics"]);
+    }
+
+    /// KEP-1645 "Service Port": a port the cluster does not back (its
+    /// Service defines it differently) is left out of its mirrored slices,
+    /// and the others keep their endpoint (target) port numbers.
+    #[test]
+    fn member_slices_leave_out_ports_the_cluster_does_not_back() {
+        let slices = mirrored(&east(&[port("http", 80)]));
+        let [(_, slice)] = &slices[..] else {
+            panic!("one slice: {slices:?}")
+        };
+        let expected = EndpointPort {
+            name: Some("http".into()),
+            port: Some(8080),
+            protocol: Some("TCP".into()),
+            app_protocol: None,
+        };
+        assert_eq!(slice.ports, Some(vec![expected]));
+        assert_eq!(slice.endpoints.as_ref().map(Vec::len), Some(2));
+        // Backing no port: the endpoints are kept, with no port.
+        let slices = mirrored(&east(&[]));
+        assert_eq!(port_names(&slices[0].1), Vec::<&str>::new());
+    }
+}
