@@ -278,6 +278,11 @@ impl Engine {
         self.results.get(key)
     }
 
+    /// Whether `cluster`'s heartbeat is current (a cluster never reported is live).
+    pub fn is_live(&self, cluster: &ClusterId) -> bool {
+        !self.dead.contains(cluster)
+    }
+
     /// What every cluster said about a service.
     pub fn inputs(&self, key: &ServiceKey) -> Option<&PerCluster> {
         self.inputs.get(key)

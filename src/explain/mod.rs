@@ -234,6 +234,10 @@ fn clusters(engine: &Engine, key: &ServiceKey, import: Option<&Import>) -> Vec<C
             let part = import.and_then(|i| i.clusters.iter().find(|c| &c.cluster == cluster));
             let left_out = match (part, &input.export, status) {
                 (Some(_), ..) => None,
+                (None, Some(_), _) if !engine.is_live(cluster) => Some(
+                    "cluster not live: its heartbeat on the broker is older than --cluster-timeout"
+                        .to_owned(),
+                ),
                 (None, None, _) => Some("no ServiceExport in this cluster".to_owned()),
                 (None, Some(_), Some(status)) => Some(why_left_out(status)),
                 (None, Some(_), None) => Some("not reconciled".to_owned()),
@@ -374,4 +378,68 @@ pub fn question(name: &str, rtype: Option<&str>) -> Result<(Name, RecordType), S
             .map_err(|_| format!("unknown record type {t:?}: expected A, AAAA, SRV, ..."))?,
     };
     Ok((parsed, rtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::EngineSettings;
+    use crate::engine::aggregate::tests::{export, service, slice};
+    use crate::model::{Change, Object};
+
+    /// A cluster whose heartbeat timed out is named as such, and none of its
+    /// endpoints is used (issue: `explain` names dead clusters).
+    #[test]
+    fn a_dead_cluster_is_named_with_its_reason() {
+        let key = ServiceKey::new("shop", "db");
+        let mut headless = service(&[], &[("pg", 5432)]);
+        Arc::make_mut(&mut headless.spec).kind = crate::model::ServiceKind::Headless;
+        Arc::make_mut(&mut headless.spec).ip_families = vec![IpFamily::IPv4];
+        let mut engine = Engine::new(EngineSettings::default());
+        let mut changes = Vec::new();
+        for (cluster, ip, age) in [("east", "10.1.0.1", 1), ("west", "10.2.0.1", 2)] {
+            let upsert = |object| Change::Upsert(cluster.into(), key.clone(), object);
+            changes.push(upsert(Object::Service(Arc::new(headless.clone()))));
+            changes.push(upsert(Object::Export(export(age).into())));
+            changes.push(upsert(Object::Slice(
+                "s".into(),
+                slice(&[(ip, None, true)]),
+            )));
+        }
+        changes.push(Change::Live("west".into(), false));
+        let updates = engine.apply(changes);
+        let index = Index::new(Name::from_str("clusterset.local.").unwrap(), 5, false, 1);
+        for (key, import) in updates {
+            index.update(&key, import);
+        }
+        index.commit();
+        index.set_synced();
+        let name = Name::from_str("db.shop.svc.clusterset.local.").unwrap();
+        let explanation = explain(&engine, &index, &name, RecordType::A);
+        let west = explanation
+            .clusters
+            .iter()
+            .find(|c| c.cluster == "west")
+            .expect("west is explained");
+        assert!(!west.in_import);
+        assert!(
+            west.left_out
+                .as_deref()
+                .is_some_and(|w| w.starts_with("cluster not live")),
+            "{west:?}"
+        );
+        assert!(west.endpoints.iter().all(|e| !e.used), "{west:?}");
+        let east = explanation
+            .clusters
+            .iter()
+            .find(|c| c.cluster == "east")
+            .unwrap();
+        assert!(
+            east.in_import && east.endpoints.iter().all(|e| e.used),
+            "{east:?}"
+        );
+    }
 }
