@@ -226,7 +226,18 @@ async fn write_responses<W: AsyncWrite>(
 ) -> Written {
     tokio::pin!(frames);
     while let Some(response) = waiting.recv().await {
-        match tokio::time::timeout(limits.write_timeout, frames.send(response)).await {
+        // Every response already queued goes out in the same write: a client
+        // that pipelines its queries (RFC 7766 §6.2.1.1) costs one system
+        // call per batch, not per response.
+        let mut batch = Some(response);
+        let written = tokio::time::timeout(limits.write_timeout, async {
+            while let Some(response) = batch.take().or_else(|| waiting.try_recv().ok()) {
+                frames.as_mut().feed(response).await?;
+            }
+            SinkExt::<Bytes>::flush(&mut frames.as_mut()).await
+        })
+        .await;
+        match written {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 debug!(%error, %peer, "TCP write failed");
