@@ -122,7 +122,7 @@ impl Response {
 
     /// Encodes for TCP or TLS (no size limit). Over TLS, the response to a
     /// query that carried the EDNS Padding option is padded to a multiple of
-    /// [`PADDING_BLOCK`] bytes (RFC 7830 §4: responders MUST pad then; RFC
+    /// `PADDING_BLOCK` bytes (RFC 7830 §4: responders MUST pad then; RFC
     /// 8467 §4.1: the block length for encrypted transports). In clear text
     /// padding hides nothing, so TCP never pads.
     pub fn encode_stream(

@@ -21,7 +21,7 @@ pub struct ImportCluster {
     /// Its ready endpoints in the import's families, one per address.
     pub endpoints: Endpoints,
     /// The import's ports it backs: those its Service defines with the same
-    /// name, port and protocol (see [`super::ports`]). Its endpoints are
+    /// name, port and protocol (see [`super::port`]). Its endpoints are
     /// published under these ports only.
     pub ports: Arc<[ServicePort]>,
 }

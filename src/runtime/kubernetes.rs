@@ -6,7 +6,7 @@
 //! records, VIP records and EndpointSlices of every cluster; each event becomes
 //! [`Change`]s for the same engine and DNS index as embedded mode, so answers
 //! follow every event. The replica holding the leader Lease also writes (see
-//! [`writer`]): this cluster's exports to the broker, VIP claims, and the local
+//! [`crate::writeback::writer`]): this cluster's exports to the broker, VIP claims, and the local
 //! ServiceImports, mirrored EndpointSlices and ServiceExport conditions.
 
 use std::collections::{HashMap, HashSet};
