@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -33,7 +33,7 @@ use tracing::{info, warn};
 use crate::cli::{ClustersetArgs, KubernetesArgs};
 use crate::engine::{EngineSettings, VipSource};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
-use crate::k8s::records::{self, source_cluster};
+use crate::k8s::records;
 use crate::model::{Change, ClusterId, ServiceKey};
 use crate::ops::metrics::Metrics;
 use crate::runtime::pipeline::{Outputs, Pipeline};
@@ -42,8 +42,8 @@ use crate::sources::kubernetes::facts::{self, Facts, Reader};
 use crate::sources::kubernetes::readers;
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
-use crate::writeback::owned::Owned;
 use crate::writeback::queue::WorkQueue;
+use crate::writeback::seen::Follow;
 use crate::writeback::vip_claims::VipClaims;
 use crate::writeback::writer::{Caches, Writer, WriterSettings};
 
@@ -200,99 +200,67 @@ impl Controller {
         let broker = self.connection.broker.clone();
         let broker_ns = self.args.broker_namespace.clone();
         let labelled = watcher::Config::default().labels(crate::k8s::crd::LABEL_SERVICE_NAME);
+        let (namespaces, writer) = reflector::store();
+        let caches = Caches::new(cluster.clone(), namespaces);
 
         self.facts::<Service>(
             Api::all(local.clone()),
             watcher::Config::default(),
             "services",
             None,
-            None,
             readers::services(cluster.clone()),
         );
-
-        let (local_exports, writer) = reflector::store();
         self.facts::<ServiceExport>(
             Api::all(local.clone()),
             watcher::Config::default(),
             "serviceexports",
-            Some(writer),
-            None,
+            Some(caches.local_exports.clone()),
             readers::service_exports(cluster.clone()),
         );
-
         self.facts::<EndpointSlice>(
             Api::all(local.clone()),
             labelled,
             "endpointslices",
             None,
-            None,
             readers::endpoint_slices(cluster.clone()),
         );
-
-        let (broker_imports, writer) = reflector::store();
         self.facts::<ServiceImport>(
             Api::namespaced(broker.clone(), &broker_ns),
             watcher::Config::default(),
             "broker/serviceimports",
-            Some(writer),
-            None,
+            Some(caches.broker_records.clone()),
             readers::broker_records(cluster.clone()),
         );
-
-        let (broker_slices, writer) = reflector::store();
-        let broker_owned = Arc::new(Owned::default());
-        let mine = cluster.clone();
         self.facts::<EndpointSlice>(
             Api::namespaced(broker.clone(), &broker_ns),
             watcher::Config::default(),
             "broker/endpointslices",
-            Some(writer),
-            Some((
-                broker_owned.clone(),
-                Box::new(move |s: &EndpointSlice| source_cluster(s) == Some(&*mine)),
-            )),
+            Some(caches.broker_slices.clone()),
             readers::broker_slices(cluster.clone()),
         );
-
-        let (local_imports, writer) = reflector::store();
-        self.cache::<ServiceImport>(
+        self.written::<ServiceImport>(
             Api::all(local.clone()),
             records::MANAGED_SELECTOR,
             "written/serviceimports",
-            writer,
-            None,
+            caches.local_imports.clone(),
         );
-        let (local_slices, writer) = reflector::store();
-        let local_owned = Arc::new(Owned::default());
-        self.cache::<EndpointSlice>(
+        self.written::<EndpointSlice>(
             Api::all(local.clone()),
             records::MANAGED_SLICES_SELECTOR,
             "written/endpointslices",
-            writer,
-            Some((local_owned.clone(), Box::new(|_: &EndpointSlice| true))),
+            caches.local_slices.clone(),
         );
-        let (namespaces, writer) = reflector::store();
         self.watch_namespaces(Api::all(local), writer);
-        Caches {
-            broker_imports,
-            broker_slices,
-            broker_owned,
-            local_imports,
-            local_slices,
-            local_owned,
-            local_exports,
-            namespaces,
-        }
+        caches
     }
 
-    /// A watch whose objects are facts (and optionally cached and owned).
+    /// A watch whose objects are facts; objects `seen` keeps queue their service.
     fn facts<K>(
         &mut self,
         api: Api<K>,
         config: watcher::Config,
         resource: &'static str,
-        cache: Option<reflector::store::Writer<K>>,
-        owned: Option<OwnedFilter<K>>,
+        seen: Option<Arc<dyn Follow<K>>>,
         read: Reader<K>,
     ) where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -300,46 +268,29 @@ impl Controller {
         let mut facts = Facts::new(read);
         let batches = self.batches.clone();
         let queue = self.queue.clone();
-        self.spawn_watch(api, config, resource, cache, move |event| {
-            if let Some((owned, mine)) = &owned
-                && let Some(key) = owned.on_event(&event, mine)
-            {
+        self.spawn_watch(api, config, resource, move |event| {
+            if let Some(key) = seen.as_ref().and_then(|s| s.on_event(&event)) {
                 queue.add(key);
             }
             forward(&batches, resource, facts.on_event(event));
         });
     }
 
-    /// A watch of objects this controller writes: cached; a change queues its service.
-    fn cache<K>(
+    /// A watch of the objects this controller writes, selected by `selector`:
+    /// kept in `seen`; a change queues its service.
+    fn written<K>(
         &mut self,
         api: Api<K>,
         selector: &str,
         resource: &'static str,
-        cache: reflector::store::Writer<K>,
-        owned: Option<OwnedFilter<K>>,
+        seen: Arc<dyn Follow<K>>,
     ) where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let queue = self.queue.clone();
         let config = watcher::Config::default().labels(selector);
-        self.spawn_watch(api, config, resource, Some(cache), move |event| {
-            let key = match &owned {
-                Some((owned, mine)) => owned.on_event(&event, mine),
-                None => match &event {
-                    Event::Apply(o) | Event::Delete(o) => records::labelled_service(o.meta())
-                        .map(|(k, _)| k)
-                        .or_else(|| {
-                            let meta = o.meta();
-                            Some(ServiceKey::new(
-                                meta.namespace.as_deref()?,
-                                meta.name.as_deref()?,
-                            ))
-                        }),
-                    _ => None,
-                },
-            };
-            if let Some(key) = key {
+        self.spawn_watch(api, config, resource, move |event| {
+            if let Some(key) = seen.on_event(&event) {
                 queue.add(key);
             }
         });
@@ -350,7 +301,7 @@ impl Controller {
     fn watch_namespaces(
         &mut self,
         api: Api<Namespace>,
-        cache: reflector::store::Writer<Namespace>,
+        mut cache: reflector::store::Writer<Namespace>,
     ) {
         let queue = self.queue.clone();
         let state = self.state.clone();
@@ -366,8 +317,8 @@ impl Controller {
             api,
             watcher::Config::default(),
             "namespaces",
-            Some(cache),
             move |event| {
+                cache.apply_watcher_event(&event);
                 if let Event::Apply(ns) = &event {
                     let name = ns.name_any();
                     let state = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -385,7 +336,6 @@ impl Controller {
         api: Api<K>,
         config: watcher::Config,
         resource: &'static str,
-        cache: Option<reflector::store::Writer<K>>,
         mut on_event: impl FnMut(Event<K>) + Send + 'static,
     ) where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -398,11 +348,7 @@ impl Controller {
         };
         self.tasks.spawn(async move {
             let probe = api.clone();
-            let events = watcher::watcher(api, config).default_backoff();
-            let mut events = match cache {
-                Some(writer) => events.reflect(writer).boxed(),
-                None => events.boxed(),
-            };
+            let mut events = watcher::watcher(api, config).default_backoff().boxed();
             // In sync: listed once, and no failure since (or the API server
             // answered again); a quiet healthy watch delivers nothing to tell.
             let (mut listed, mut healthy) = (false, false);
@@ -475,7 +421,6 @@ impl Controller {
             Api::<Lease>::namespaced(broker, &namespace),
             watcher::Config::default().labels(heartbeat::SELECTOR),
             "broker/leases",
-            None,
             move |event| {
                 let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
                 seen.on_event(&event, tokio::time::Instant::now());
@@ -576,7 +521,6 @@ impl Controller {
     ) {
         let (queue, state, metrics) =
             (self.queue.clone(), self.state.clone(), self.metrics.clone());
-        let cluster = self.connection.cluster.clone();
         let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
         self.tasks.spawn(async move {
             if synced.wait_for(|s| *s).await.is_err() {
@@ -591,19 +535,15 @@ impl Controller {
                     let state = state.lock().unwrap_or_else(|e| e.into_inner());
                     state.engine().keys().cloned().collect()
                 };
-                keys.extend(caches.broker_owned.keys());
-                keys.extend(caches.local_owned.keys());
-                keys.extend(caches.local_imports.state().iter().filter_map(|i| {
-                    Some(ServiceKey::new(
-                        i.metadata.namespace.as_deref()?,
-                        i.metadata.name.as_deref()?,
-                    ))
-                }));
-                keys.extend(own_records(&caches.broker_imports, &cluster));
+                // Objects this cluster wrote for services the engine no longer knows.
+                keys.extend(caches.broker_records.services());
+                keys.extend(caches.broker_slices.services());
+                keys.extend(caches.local_imports.services());
+                keys.extend(caches.local_slices.services());
                 for key in keys {
                     queue.add(key);
                 }
-                match claims.sweep(&caches.broker_imports, CLAIM_GRACE).await {
+                match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {
                     Ok(0) => {}
                     Ok(n) => info!(claims = n, "released VIP claims no record kept"),
                     Err(error) => warn!(%error, "cannot sweep VIP claims"),
@@ -636,18 +576,4 @@ fn event_name<K>(event: &Event<K>) -> &'static str {
         Event::InitApply(_) => "init-apply",
         Event::InitDone => "init-done",
     }
-}
-
-/// Decides which objects of a watch are this cluster's, for an [`Owned`] index.
-type OwnedFilter<K> = (Arc<Owned>, Box<dyn Fn(&K) -> bool + Send + Sync>);
-
-/// Services this cluster has export records for on the broker.
-fn own_records(records: &Store<ServiceImport>, cluster: &str) -> Vec<ServiceKey> {
-    records
-        .state()
-        .iter()
-        .filter_map(|r| records::labelled_service(&r.metadata))
-        .filter(|(_, from)| from.as_deref() == Some(cluster))
-        .map(|(key, _)| key)
-        .collect()
 }

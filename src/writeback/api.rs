@@ -11,10 +11,15 @@ pub fn is_code(error: &kube::Error, code: u16) -> bool {
 /// Delete parameters that only delete the version of the object that was
 /// read (`409 Conflict` when someone changed or replaced it meanwhile).
 pub fn delete_if_unchanged(meta: &ObjectMeta) -> DeleteParams {
+    delete_if_at(meta.resource_version.clone(), meta.uid.clone())
+}
+
+/// [`delete_if_unchanged`] given the `resourceVersion` and `uid` read.
+pub fn delete_if_at(resource_version: Option<String>, uid: Option<String>) -> DeleteParams {
     DeleteParams {
         preconditions: Some(Preconditions {
-            resource_version: meta.resource_version.clone(),
-            uid: meta.uid.clone(),
+            resource_version,
+            uid,
         }),
         ..DeleteParams::default()
     }

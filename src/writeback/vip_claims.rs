@@ -21,11 +21,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use tracing::debug;
 
 use super::api::{delete_if_unchanged, is_code};
+use super::seen::SeenStore;
 use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records::{self, MANAGER};
 use crate::model::{IpFamily, ServiceKey};
@@ -217,11 +217,11 @@ impl VipClaims {
 
     /// Deletes claims older than `grace` that no VIP record keeps (left by a
     /// writer that stopped between claiming an address and writing the
-    /// record); `records` is a watch cache of the broker's ServiceImports.
+    /// record); `records` holds the broker's VIP records with their VIPs.
     /// Returns how many went.
     pub async fn sweep(
         &self,
-        records: &Store<ServiceImport>,
+        records: &SeenStore<ServiceImport, Vec<IpAddr>>,
         grace: Duration,
     ) -> Result<usize, kube::Error> {
         let claims = self
@@ -243,11 +243,10 @@ impl VipClaims {
                 continue;
             };
             let key = ServiceKey::new(service.0, service.1);
-            let record = ObjectRef::new(&records::vip_record_name(&key))
-                .within(claim.metadata.namespace.as_deref().unwrap_or_default());
+            let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
             let kept = records
-                .get(&record)
-                .is_some_and(|r| records::record_vips(&r).contains(&ip));
+                .get(namespace, &records::vip_record_name(&key))
+                .is_some_and(|r| r.extract.contains(&ip));
             if old_enough && !kept {
                 self.unclaim(&key, ip).await?;
                 debug!(service = %key, %ip, "swept a claim no VIP record keeps");

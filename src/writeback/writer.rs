@@ -12,7 +12,7 @@
 //!   that cluster backs (see [`super::slices`]), while the import exists and
 //!   the namespace does; and the ServiceExport's conditions.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -20,22 +20,22 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::api::{delete_if_unchanged, is_code};
-use super::owned::Owned;
+use super::api::is_code;
+use super::seen::{Keep, Owned, SeenStore, Version, conditions_digest};
 use super::slices;
 use super::vip_claims::{ClaimError, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{ClusterStatus, ServiceImportStatus};
-use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER};
+use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER, Role, source_cluster};
 use crate::model::conditions::Condition;
 use crate::model::import::{Aggregate, Import};
 use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind};
@@ -44,25 +44,108 @@ use crate::ops::metrics::Metrics;
 /// How many VIP candidates per family a claim round tries.
 const CANDIDATES: usize = 64;
 
-/// Watch caches of what the writer compares against.
+/// What the writer compares against, kept from watches (see [`super::seen`]).
 #[derive(Clone)]
 pub struct Caches {
-    /// ServiceImports in the broker namespace (export and VIP records).
-    pub broker_imports: Store<ServiceImport>,
-    /// EndpointSlices in the broker namespace.
-    pub broker_slices: Store<EndpointSlice>,
-    /// This cluster's slices on the broker, by service.
-    pub broker_owned: Arc<Owned>,
-    /// ServiceImports this controller wrote in the local cluster.
-    pub local_imports: Store<ServiceImport>,
-    /// EndpointSlices this controller wrote in the local cluster.
-    pub local_slices: Store<EndpointSlice>,
-    /// The same, by service.
-    pub local_owned: Arc<Owned>,
-    /// The local cluster's ServiceExports.
-    pub local_exports: Store<ServiceExport>,
+    /// This cluster's export records and every VIP record on the broker,
+    /// with the VIPs a VIP record lists.
+    pub broker_records: Arc<SeenStore<ServiceImport, Vec<IpAddr>>>,
+    /// This cluster's EndpointSlices on the broker.
+    pub broker_slices: Arc<SeenStore<EndpointSlice, ()>>,
+    /// The ServiceImports this controller wrote in the local cluster.
+    pub local_imports: Arc<SeenStore<ServiceImport, WrittenImport>>,
+    /// The EndpointSlices this controller wrote in the local cluster.
+    pub local_slices: Arc<SeenStore<EndpointSlice, ()>>,
+    /// The local cluster's ServiceExports, with their conditions' types,
+    /// statuses and transition times (reasons and messages are in the digest).
+    pub local_exports: Arc<SeenStore<ServiceExport, Vec<K8sCondition>>>,
     /// The local cluster's namespaces.
     pub namespaces: Store<Namespace>,
+}
+
+/// What the writer reads of a ServiceImport it wrote, besides its version.
+#[derive(Debug)]
+pub struct WrittenImport {
+    /// Its VIPs (kept when the broker loses its records).
+    pub ips: Vec<IpAddr>,
+    /// Its status.
+    pub status: ServiceImportStatus,
+}
+
+impl Caches {
+    /// Empty caches of what `cluster` writes; `namespaces` is fed elsewhere.
+    pub fn new(cluster: ClusterId, namespaces: Store<Namespace>) -> Self {
+        let mine = cluster.clone();
+        Self {
+            broker_records: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(move |record: &ServiceImport| match records::role(record)? {
+                    Role::Import => Some(records::record_vips(record)),
+                    Role::Export => {
+                        (records::labelled_service(&record.metadata)?.1? == mine).then(Vec::new)
+                    }
+                }),
+                service: |record| labelled(&record.metadata),
+            })),
+            broker_slices: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(move |slice| {
+                    (source_cluster(slice) == Some(&*cluster)).then_some(())
+                }),
+                service: |slice| labelled(&slice.metadata),
+            })),
+            local_imports: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(|import: &ServiceImport| {
+                    Some(WrittenImport {
+                        ips: import
+                            .spec
+                            .ips
+                            .iter()
+                            .filter_map(|ip| ip.parse().ok())
+                            .collect(),
+                        status: import.status.clone().unwrap_or_default(),
+                    })
+                }),
+                service: |import| named(&import.metadata),
+            })),
+            local_slices: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(|_| Some(())),
+                service: |slice| labelled(&slice.metadata),
+            })),
+            local_exports: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(|export: &ServiceExport| {
+                    let conditions = export.status.iter().flat_map(|s| &s.conditions);
+                    Some(conditions.map(transition).collect())
+                }),
+                service: |export| named(&export.metadata),
+            })),
+            namespaces,
+        }
+    }
+}
+
+/// The service an object's labels name.
+fn labelled(meta: &ObjectMeta) -> Option<ServiceKey> {
+    Some(records::labelled_service(meta)?.0)
+}
+
+/// The service of the same namespace and name as an object.
+fn named(meta: &ObjectMeta) -> Option<ServiceKey> {
+    Some(ServiceKey::new(
+        meta.namespace.as_deref()?,
+        meta.name.as_deref()?,
+    ))
+}
+
+/// A condition's type, status and transition time, without the strings
+/// that only its digest needs.
+fn transition(condition: &K8sCondition) -> K8sCondition {
+    K8sCondition {
+        type_: condition.type_.clone(),
+        status: condition.status.clone(),
+        last_transition_time: condition.last_transition_time.clone(),
+        reason: String::new(),
+        message: String::new(),
+        observed_generation: None,
+    }
 }
 
 /// Settings of the writer.
@@ -177,8 +260,8 @@ impl Writer {
         let previous: Vec<IpAddr> = self
             .caches
             .local_imports
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
-            .map(|i| i.spec.ips.iter().filter_map(|ip| ip.parse().ok()).collect())
+            .get(&key.namespace, &key.name)
+            .map(|i| i.extract.ips.clone())
             .unwrap_or_default();
         let candidates = needs
             .into_iter()
@@ -232,14 +315,11 @@ impl Writer {
         });
         let actual = self
             .caches
-            .broker_imports
-            .get(&ObjectRef::new(&name).within(&self.settings.broker_namespace));
+            .broker_records
+            .get(&self.settings.broker_namespace, &name)
+            .map(|seen| seen.version.clone());
         let api = Api::namespaced(self.broker.clone(), &self.settings.broker_namespace);
-        self.ensure(&api, &name, desired, actual, |d, a| {
-            d.spec == a.spec && d.annotations() == a.annotations()
-        })
-        .await
-        .map(drop)
+        self.ensure(&api, &name, desired, actual).await.map(drop)
     }
 
     async fn broker_slices(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
@@ -250,16 +330,14 @@ impl Writer {
             {
                 let name = records::broker_slice_name(key, cluster, &source);
                 let mut slice = records::slice_object(name.clone(), None, key, cluster, &info);
-                slice
-                    .annotations_mut()
+                kube::ResourceExt::annotations_mut(&mut slice)
                     .insert(records::ANNOTATION_SOURCE_SLICE.into(), source);
                 desired.insert(name, slice);
             }
         }
         let namespace = &self.settings.broker_namespace;
         let api = Api::namespaced(self.broker.clone(), namespace);
-        let stale = self.caches.broker_owned.names(key);
-        self.ensure_all(&api, namespace, desired, stale, &self.caches.broker_slices)
+        self.ensure_all(&api, namespace, key, desired, &self.caches.broker_slices)
             .await
     }
 
@@ -291,11 +369,14 @@ impl Writer {
             }
             return Ok(!have);
         }
-        let record =
-            ObjectRef::new(&records::vip_record_name(key)).within(&self.settings.broker_namespace);
+        let record = records::vip_record_name(key);
+        let recorded = self
+            .caches
+            .broker_records
+            .get(&self.settings.broker_namespace, &record)
+            .is_some();
         let nobody_exports = snapshot.inputs.values().all(|i| i.export.is_none());
-        if self.caches.broker_imports.get(&record).is_some() && (nobody_exports || import.is_some())
-        {
+        if recorded && (nobody_exports || import.is_some()) {
             self.claims.release(key).await?;
             self.metrics.api_write("VipClaim", "released");
         }
@@ -309,22 +390,16 @@ impl Writer {
         import: Option<&Import>,
     ) -> Result<Option<String>, WriteError> {
         let api: Api<ServiceImport> = Api::namespaced(self.local.clone(), &key.namespace);
-        let actual = self
-            .caches
-            .local_imports
-            .get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let actual = self.caches.local_imports.get(&key.namespace, &key.name);
         let desired = import.map(|import| local_import(key, import));
-        let uid = self
-            .ensure(&api, &key.name, desired, actual.clone(), |d, a| {
-                d.spec == a.spec && d.labels() == a.labels() && d.annotations() == a.annotations()
-            })
-            .await?;
+        let version = actual.as_ref().map(|a| a.version.clone());
+        let uid = self.ensure(&api, &key.name, desired, version).await?;
         let Some(import) = import else {
             return Ok(uid);
         };
         let old = actual
             .as_ref()
-            .and_then(|a| a.status.clone())
+            .map(|a| a.extract.status.clone())
             .unwrap_or_default();
         let status = ServiceImportStatus {
             clusters: import
@@ -372,23 +447,18 @@ impl Writer {
             }
         }
         let api = Api::namespaced(self.local.clone(), &key.namespace);
-        let stale = self.caches.local_owned.names(key);
         self.ensure_all(
             &api,
             &key.namespace,
+            key,
             desired,
-            stale,
             &self.caches.local_slices,
         )
         .await
     }
 
     async fn export_status(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
-        let Some(export) = self
-            .caches
-            .local_exports
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
-        else {
+        let Some(export) = self.caches.local_exports.get(&key.namespace, &key.name) else {
             return Ok(());
         };
         let Some(status) = snapshot.aggregate.as_ref().and_then(|a| {
@@ -398,13 +468,8 @@ impl Writer {
         }) else {
             return Ok(());
         };
-        let old = export
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
-        let new = conditions(&status.conditions, &old);
-        if new != old {
+        let new = conditions(&status.conditions, &export.extract);
+        if conditions_digest(&new) != export.version.digest {
             let api: Api<ServiceExport> = Api::namespaced(self.local.clone(), &key.namespace);
             let status = crate::k8s::crd::ServiceExportStatus { conditions: new };
             self.patch_status(&api, &key.name, &status).await?;
@@ -412,58 +477,54 @@ impl Writer {
         Ok(())
     }
 
-    /// Makes the slices of one service exactly `desired`: creates and updates
-    /// those, deletes the `owned` ones not in it.
+    /// Makes the slices of `key` in `cache` exactly `desired`: creates and
+    /// updates those, deletes the others.
     async fn ensure_all(
         &self,
         api: &Api<EndpointSlice>,
         namespace: &str,
+        key: &ServiceKey,
         desired: BTreeMap<String, EndpointSlice>,
-        owned: BTreeSet<String>,
-        cache: &Store<EndpointSlice>,
+        cache: &SeenStore<EndpointSlice, ()>,
     ) -> Result<(), WriteError> {
-        let actual = |name: &str| cache.get(&ObjectRef::new(name).within(namespace));
-        for name in owned.iter().filter(|n| !desired.contains_key(*n)) {
-            self.ensure(api, name, None, actual(name), same_slice)
-                .await?;
+        let actual = |name: &str| cache.get(namespace, name).map(|s| s.version.clone());
+        for name in cache
+            .names(key)
+            .iter()
+            .filter(|n| !desired.contains_key(*n))
+        {
+            self.ensure(api, name, None, actual(name)).await?;
         }
         for (name, slice) in desired {
             let current = actual(&name);
-            self.ensure(api, &name, Some(slice), current, same_slice)
-                .await?;
+            self.ensure(api, &name, Some(slice), current).await?;
         }
         Ok(())
     }
 
     /// Creates, replaces or deletes one object so that it matches `desired`
-    /// (`same` compares the parts this controller owns). Returns the `uid` of
-    /// the object as it now is (`None`: there is none).
+    /// (compared by the digest of the parts this controller owns). Returns
+    /// the `uid` of the object as it now is (`None`: there is none).
     async fn ensure<K>(
         &self,
         api: &Api<K>,
         name: &str,
         desired: Option<K>,
-        actual: Option<Arc<K>>,
-        same: impl Fn(&K, &K) -> bool,
+        actual: Option<Version>,
     ) -> Result<Option<String>, WriteError>
     where
-        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+        K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
         let kind = K::kind(&());
+        let uid = |v: &Version| v.uid.as_deref().map(str::to_owned);
         let result = match (desired, actual) {
             (None, None) => return Ok(None),
-            (Some(d), Some(a)) if same(&d, &a) => return Ok(a.meta().uid.clone()),
+            (Some(d), Some(a)) if d.owned_digest() == a.digest => return Ok(uid(&a)),
             (None, Some(actual)) => {
-                if actual.labels().get(LABEL_MANAGED_BY).map(String::as_str) != Some(MANAGER)
-                    && actual
-                        .labels()
-                        .get(records::LABEL_SLICE_MANAGED_BY)
-                        .map(String::as_str)
-                        != Some(MANAGER)
-                {
+                if !actual.managed {
                     return Ok(None);
                 }
-                match api.delete(name, &delete_if_unchanged(actual.meta())).await {
+                match api.delete(name, &actual.delete_params()).await {
                     Err(e) if is_code(&e, 404) => Ok(("deleted", None)),
                     other => other.map(|_| ("deleted", None)),
                 }
@@ -471,12 +532,12 @@ impl Writer {
             (Some(desired), None) => match api.create(&PostParams::default(), &desired).await {
                 // Written by an earlier round the cache has not seen yet: compare with the real one.
                 Err(e) if is_code(&e, 409) => {
-                    let current = api.get(name).await?;
-                    self.replace(api, name, desired, &current, &same).await
+                    let current = Version::of(&api.get(name).await?);
+                    self.replace(api, name, desired, &current).await
                 }
                 other => other.map(|created| ("created", created.meta().uid.clone())),
             },
-            (Some(desired), Some(actual)) => self.replace(api, name, desired, &actual, &same).await,
+            (Some(desired), Some(actual)) => self.replace(api, name, desired, &actual).await,
         };
         match result {
             Ok((outcome, uid)) => {
@@ -500,16 +561,16 @@ impl Writer {
         api: &Api<K>,
         name: &str,
         mut desired: K,
-        current: &K,
-        same: &impl Fn(&K, &K) -> bool,
+        current: &Version,
     ) -> Result<(&'static str, Option<String>), kube::Error>
     where
-        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+        K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
-        if same(&desired, current) {
-            return Ok(("unchanged", current.meta().uid.clone()));
+        if desired.owned_digest() == current.digest {
+            return Ok(("unchanged", current.uid.as_deref().map(str::to_owned)));
         }
-        desired.meta_mut().resource_version = current.meta().resource_version.clone();
+        desired.meta_mut().resource_version =
+            current.resource_version.as_deref().map(str::to_owned);
         api.replace(name, &PostParams::default(), &desired)
             .await
             .map(|replaced| ("updated", replaced.meta().uid.clone()))
@@ -574,15 +635,6 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
     );
     object.metadata.annotations = Some(annotations);
     object
-}
-
-fn same_slice(desired: &EndpointSlice, actual: &EndpointSlice) -> bool {
-    desired.address_type == actual.address_type
-        && desired.owner_references() == actual.owner_references()
-        && desired.endpoints == actual.endpoints
-        && desired.ports == actual.ports
-        && desired.labels() == actual.labels()
-        && desired.annotations() == actual.annotations()
 }
 
 /// Kubernetes conditions for `new`, keeping the transition time of those whose status did not change.
