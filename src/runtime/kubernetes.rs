@@ -56,6 +56,11 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Age after which a VIP claim no VIP record keeps is released: a writer
 /// writes the record milliseconds after claiming.
 const CLAIM_GRACE: Duration = Duration::from_secs(60);
+/// Claims are swept (a list of every claim on the broker) when a replica
+/// starts leading, one [`RESYNC`] later, and every this many resyncs after:
+/// a claim outlives its record only when a writer stops between the two
+/// writes, and at clusterset size the list is tens of megabytes.
+const SWEEP_EVERY: u32 = 30;
 /// Longest wait before a failed service is written again.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -512,7 +517,7 @@ impl Controller {
     }
 
     /// Queues every service when this replica becomes the leader, and every
-    /// [`RESYNC`] while it leads.
+    /// [`RESYNC`] while it leads; sweeps VIP claims (see [`SWEEP_EVERY`]).
     fn resync_when_leading(
         &mut self,
         caches: Caches,
@@ -526,6 +531,7 @@ impl Controller {
             if synced.wait_for(|s| *s).await.is_err() {
                 return;
             }
+            let mut round = 0;
             loop {
                 if leading.wait_for(|l| *l).await.is_err() {
                     return;
@@ -543,13 +549,19 @@ impl Controller {
                 for key in keys {
                     queue.add(key);
                 }
-                match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {
-                    Ok(0) => {}
-                    Ok(n) => info!(claims = n, "released VIP claims no record kept"),
-                    Err(error) => warn!(%error, "cannot sweep VIP claims"),
+                if round <= 1 || round % SWEEP_EVERY == 0 {
+                    match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {
+                        Ok(0) => {}
+                        Ok(n) => info!(claims = n, "released VIP claims no record kept"),
+                        Err(error) => warn!(%error, "cannot sweep VIP claims"),
+                    }
                 }
+                round += 1;
                 tokio::select! {
-                    _ = leading.wait_for(|l| !*l) => metrics.set_leader(false),
+                    _ = leading.wait_for(|l| !*l) => {
+                        metrics.set_leader(false);
+                        round = 0;
+                    }
                     () = tokio::time::sleep(RESYNC) => {}
                 }
             }
