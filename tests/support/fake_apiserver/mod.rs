@@ -137,6 +137,7 @@
 
 #![allow(dead_code)]
 
+mod collection;
 mod defaults;
 mod discovery;
 mod faults;
@@ -321,7 +322,7 @@ impl FakeApiServer {
         };
         store
             .list(&rt, &filter, &store::ListOpts::default())
-            .map(|r| r.items)
+            .map(|r| r.items.iter().map(|v| Value::clone(v)).collect())
             .unwrap_or_default()
     }
 

@@ -122,16 +122,16 @@ pub(crate) fn render_object(rt: &ResourceType, version: &str, obj: &Value, parti
     o
 }
 
-fn render_list(
+fn render_list<V: std::borrow::Borrow<Value>>(
     rt: &ResourceType,
     version: &str,
-    items: &[Value],
+    items: &[V],
     meta: Value,
     partial: bool,
 ) -> Value {
     let items: Vec<Value> = items
         .iter()
-        .map(|o| render_object(rt, version, o, partial))
+        .map(|o| render_object(rt, version, o.borrow(), partial))
         .collect();
     let (kind, api_version) = if partial {
         (
