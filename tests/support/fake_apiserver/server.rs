@@ -26,6 +26,7 @@ use super::resource::ResourceType;
 use super::selector::{FieldSelector, Filter, LabelSelector};
 use super::status::ApiError;
 use super::store::{ListOpts, Preconditions, Store, WatchStart};
+use super::traffic::{self, Accounting};
 use super::watch::{self, WatchParams};
 
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -34,6 +35,7 @@ pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 pub(crate) struct Shared {
     pub store: Mutex<Store>,
     pub faults: Faults,
+    pub traffic: Arc<Accounting>,
     /// Bumped to end every open watch.
     pub cut: signal::Sender<u64>,
     /// Bumped to make every open watch (with bookmarks) send a bookmark now.
@@ -48,6 +50,7 @@ impl Shared {
         Self {
             store: Mutex::new(Store::new()),
             faults: Faults::new(),
+            traffic: Arc::default(),
             cut: signal::Sender::new(0),
             bookmark_now: signal::Sender::new(0),
             bookmark_interval: Mutex::new(Some(Duration::from_secs(60))),
@@ -264,6 +267,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     };
     let accept = header("accept");
     let content_type = header("content-type");
+    let client = traffic::client_of(&header("authorization"));
     let route = route(&shared.store.lock().unwrap(), &path);
 
     let mut info = RequestInfo {
@@ -292,17 +296,33 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Route::NotFound(_) | Route::NotFoundText => info.verb = Verb::Other,
         _ => {}
     }
+    let verb = info.verb;
     let injected = shared.faults.arrive(info);
     shared.faults.wait_unpaused().await;
-    if let Some(code) = injected {
-        return Ok(error_response(&ApiError::injected(code)));
-    }
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),
     };
+    shared.traffic.request(&client, verb, body.len());
+    let resp = match injected {
+        Some(code) => error_response(&ApiError::injected(code)),
+        None => respond(&shared, route, &q, &accept, &content_type, &method, &body),
+    };
+    Ok(resp.map(|b| shared.traffic.count_response(client, b)))
+}
+
+/// The response to a routed request.
+fn respond(
+    shared: &Arc<Shared>,
+    route: Route,
+    q: &HashMap<String, String>,
+    accept: &str,
+    content_type: &str,
+    method: &Method,
+    body: &[u8],
+) -> Response<Body> {
     let aggregated = accept.contains("as=APIGroupDiscoveryList");
-    let resp = match route {
+    match route {
         Route::Version => json_response(200, &discovery::version()),
         Route::CoreVersions if aggregated => aggregated_response(&discovery::aggregated(
             shared.store.lock().unwrap().resources(),
@@ -332,13 +352,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Route::NotFound(msg) => error_response(&ApiError::new(404, "NotFound", msg)),
         Route::Resource(r) => {
             let partial = accept.contains("as=PartialObjectMetadata");
-            match resource(&shared, &method, &r, &q, &content_type, &body, partial) {
+            match resource(shared, method, &r, q, content_type, body, partial) {
                 Ok(resp) => resp,
                 Err(e) => error_response(&e),
             }
         }
-    };
-    Ok(resp)
+    }
 }
 
 fn aggregated_response(v: &Value) -> Response<Body> {

@@ -88,6 +88,16 @@ pub(crate) struct Preconditions {
     pub uid: Option<String>,
 }
 
+/// What one resource holds (see [`Store::stored`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub group: String,
+    pub plural: String,
+    pub objects: usize,
+    /// Their size as compact JSON.
+    pub json_bytes: u64,
+}
+
 /// One retained history entry, as exposed to tests.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HistoryEntry {
@@ -409,6 +419,22 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Objects and JSON bytes per resource holding any, in one namespace or all.
+    pub fn stored(&self, namespace: Option<&str>) -> Vec<Stored> {
+        self.resources
+            .iter()
+            .filter_map(|rt| {
+                let (objects, json_bytes) = self.objects.get(&rt.gr())?.footprint(namespace);
+                (objects > 0).then(|| Stored {
+                    group: rt.group.clone(),
+                    plural: rt.plural.clone(),
+                    objects,
+                    json_bytes,
+                })
+            })
+            .collect()
     }
 
     pub fn history(&self) -> Vec<HistoryEntry> {
