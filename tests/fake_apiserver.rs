@@ -939,6 +939,14 @@ async fn traffic_per_client() {
     let (e, w) = (&traffic["east"], &traffic["west"]);
     assert_eq!((e.count(Verb::Create), e.total(), e.writes()), (1, 1, 1));
     assert_eq!(
+        e.writes_by_resource,
+        BTreeMap::from([("services".into(), 1)])
+    );
+    assert_eq!(
+        (e.writes_except(&["services"]), e.writes_except(&[])),
+        (0, 1)
+    );
+    assert_eq!(
         e.request_bytes,
         serde_json::to_vec(&service("web", &[])).unwrap().len() as u64
     );

@@ -296,14 +296,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Route::NotFound(_) | Route::NotFoundText => info.verb = Verb::Other,
         _ => {}
     }
-    let verb = info.verb;
+    let (verb, resource) = (info.verb, info.resource.clone());
     let injected = shared.faults.arrive(info);
     shared.faults.wait_unpaused().await;
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),
     };
-    shared.traffic.request(&client, verb, body.len());
+    shared.traffic.request(&client, verb, &resource, body.len());
     let resp = match injected {
         Some(code) => error_response(&ApiError::injected(code)),
         None => respond(&shared, route, &q, &accept, &content_type, &method, &body),

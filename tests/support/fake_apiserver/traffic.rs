@@ -22,6 +22,9 @@ pub const ANONYMOUS: &str = "-";
 pub struct Traffic {
     /// Requests by verb.
     pub requests: BTreeMap<Verb, u64>,
+    /// Writes ([`Verb::is_write`]) by resource (plural), to tell a
+    /// program's own work from its Lease renewals.
+    pub writes_by_resource: BTreeMap<String, u64>,
     /// Request body bytes.
     pub request_bytes: u64,
     /// Response body bytes, watch events included.
@@ -48,6 +51,15 @@ impl Traffic {
             .sum()
     }
 
+    /// Writes to resources other than these.
+    pub fn writes_except(&self, plurals: &[&str]) -> u64 {
+        self.writes_by_resource
+            .iter()
+            .filter(|(plural, _)| !plurals.contains(&plural.as_str()))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// What happened between `earlier` (a snapshot of the same client) and this.
     pub fn since(&self, earlier: &Traffic) -> Traffic {
         let requests = self
@@ -56,8 +68,18 @@ impl Traffic {
             .map(|(verb, n)| (*verb, n - earlier.count(*verb)))
             .filter(|(_, n)| *n > 0)
             .collect();
+        let writes_by_resource = self
+            .writes_by_resource
+            .iter()
+            .map(|(plural, n)| {
+                let before = earlier.writes_by_resource.get(plural).copied();
+                (plural.clone(), n - before.unwrap_or(0))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
         Traffic {
             requests,
+            writes_by_resource,
             request_bytes: self.request_bytes - earlier.request_bytes,
             response_bytes: self.response_bytes - earlier.response_bytes,
         }
@@ -84,11 +106,14 @@ pub(crate) struct Accounting {
 }
 
 impl Accounting {
-    /// Counts a request and its body.
-    pub fn request(&self, client: &str, verb: Verb, body_bytes: usize) {
+    /// Counts a request to `resource` (plural, empty for discovery) and its body.
+    pub fn request(&self, client: &str, verb: Verb, resource: &str, body_bytes: usize) {
         let mut clients = self.clients.lock().unwrap();
         let t = clients.entry(client.to_owned()).or_default();
         *t.requests.entry(verb).or_default() += 1;
+        if verb.is_write() {
+            *t.writes_by_resource.entry(resource.to_owned()).or_default() += 1;
+        }
         t.request_bytes += body_bytes as u64;
     }
 
