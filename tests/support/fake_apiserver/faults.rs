@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// The Kubernetes verb of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum Verb {
     Get,
     List,

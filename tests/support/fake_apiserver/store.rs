@@ -89,7 +89,7 @@ pub(crate) struct Preconditions {
 }
 
 /// What one resource holds (see [`Store::stored`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Stored {
     pub group: String,
     pub plural: String,

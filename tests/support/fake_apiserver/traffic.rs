@@ -18,7 +18,7 @@ use super::server::Body;
 pub const ANONYMOUS: &str = "-";
 
 /// What one client sent and received.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Traffic {
     /// Requests by verb.
     pub requests: BTreeMap<Verb, u64>,
