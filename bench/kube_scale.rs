@@ -91,7 +91,7 @@ async fn main() {
     api_servers_line(started);
 
     let mut churn = Churn::new(lay);
-    let churned = phases::churn(&apis, &members, &mut churn, &p).await;
+    let churned = phases::churn(&apis, &members, &mut churn, &probes, &p).await;
     raw.insert("churn".into(), serde_json::to_value(&churned).unwrap());
     api_servers_line(started);
 

@@ -5,6 +5,7 @@
 //! every OTHER member is polled for the endpoint's per-pod name until it
 //! answers the new address: the cross-cluster change → answer latency.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -49,11 +50,26 @@ pub struct Churn {
     lay: Layout,
     /// Changes made so far, over every phase (addresses stay unique).
     next: u64,
+    /// `(cluster, headless service)` whose endpoint 0 moved.
+    moved: BTreeSet<(usize, usize)>,
 }
 
 impl Churn {
     pub fn new(lay: Layout) -> Self {
-        Self { lay, next: 0 }
+        Self {
+            lay,
+            next: 0,
+            moved: BTreeSet::new(),
+        }
+    }
+
+    /// Puts every moved endpoint back at its preloaded address (so the
+    /// clusterset is the one the probes expect again); how many.
+    pub fn restore(&mut self, apis: &ApiServers) -> usize {
+        for &(ci, h) in &self.moved {
+            Self::write(apis, ci, h, self.lay.pod_ip(ci, h, 0));
+        }
+        std::mem::take(&mut self.moved).len()
     }
 
     /// Change `n`: cluster, headless service, new address. Consecutive
@@ -95,6 +111,7 @@ impl Churn {
             let (ci, h, address) = self.target(self.next);
             self.next += 1;
             Self::write(apis, ci, h, address);
+            self.moved.insert((ci, h));
             let written = Instant::now();
             if k % sample_every == 0 {
                 let (ns, svc) = Layout::hl(h);

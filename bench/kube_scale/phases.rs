@@ -251,6 +251,7 @@ pub async fn churn(
     apis: &ApiServers,
     members: &[MemberProcess],
     churn: &mut Churn,
+    probes: &[Probe],
     p: &Params,
 ) -> Vec<ChurnPhase> {
     let dns: Vec<_> = members.iter().map(|m| m.dns).collect();
@@ -278,6 +279,23 @@ pub async fn churn(
         print_churn(&phase, elapsed);
         phases.push(phase);
     }
+    let restored = Instant::now();
+    let moved = churn.restore(apis);
+    let agree = join_all(members.iter().map(|m| async {
+        while restored.elapsed() < p.start_limit {
+            if all_correct(m.dns, probes).await.is_some() {
+                return Some(restored.elapsed());
+            }
+            tokio::time::sleep(TICK).await;
+        }
+        None
+    }))
+    .await;
+    let agree: Vec<String> = agree.into_iter().map(|d| secs(d, p.start_limit)).collect();
+    println!(
+        "\n{moved} moved endpoints put back at once; every probe correct again after {} s",
+        agree.join(" / ")
+    );
     phases
 }
 
