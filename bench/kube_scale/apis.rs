@@ -11,6 +11,12 @@ use crate::fake_apiserver::{FakeApiServer, Traffic};
 use crate::layout::Layout;
 use crate::member::{BROKER_NAMESPACE, Kubeconfigs, LEASE_NAMESPACE};
 
+/// Watch history kept by each server, in changes (the fake's default is
+/// 100k). etcd keeps five minutes of revisions; the fresh start writes about
+/// a million objects in minutes, and a shorter history would expire the
+/// members' paged lists and watch resumptions (410, relist) in mid-sync.
+const HISTORY: usize = 1_000_000;
+
 /// Writes every member repeats on its own: Lease renewals (leader election
 /// in its cluster, heartbeat on the broker). The rest is the real work.
 pub const LIVENESS: &[&str] = &["leases"];
@@ -52,11 +58,13 @@ impl ApiServers {
     pub async fn start(clusters: usize) -> Self {
         let broker = FakeApiServer::start().await;
         broker.set_request_log(false);
+        broker.set_history_limit(HISTORY);
         broker.create_namespace(BROKER_NAMESPACE);
         let mut members = Vec::new();
         for _ in 0..clusters {
             let api = FakeApiServer::start().await;
             api.set_request_log(false);
+            api.set_history_limit(HISTORY);
             api.create_namespace(LEASE_NAMESPACE);
             members.push(api);
         }
