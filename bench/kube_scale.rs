@@ -125,12 +125,24 @@ fn api_servers_line(since: Instant) {
     );
 }
 
-/// Ends everything (members killed, exit status 2) once `limit` has passed.
+/// Ends everything (members killed) once `limit` has passed (exit status 2)
+/// or on SIGINT/SIGTERM (130).
 fn watchdog(limit: Duration) {
     std::thread::spawn(move || {
         std::thread::sleep(limit);
         eprintln!("kube_scale: overall limit of {limit:?} reached, stopping");
         member::kill_all();
         std::process::exit(2);
+    });
+    tokio::spawn(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("kube_scale: interrupted, stopping");
+        member::kill_all();
+        std::process::exit(130);
     });
 }

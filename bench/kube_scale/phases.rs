@@ -19,6 +19,8 @@ use crate::report::{Table, mib, per_min, secs};
 
 /// How often a start is looked at.
 const TICK: Duration = Duration::from_millis(200);
+/// How often a start not serving yet says what it still answers wrong.
+const SAY_EVERY: Duration = Duration::from_secs(30);
 /// A member stopping gracefully takes at most this long.
 const STOP_LIMIT: Duration = Duration::from_secs(30);
 /// etcd's default and largest recommended storage quotas.
@@ -90,15 +92,24 @@ async fn follow_start(
 ) -> (Started, BTreeMap<String, IpAddr>) {
     let mut writes = apis.traffic(ci).work_writes();
     let (mut last_write, mut serving, mut rss, mut vips) = (None, None, None, BTreeMap::new());
+    let mut said = Instant::now();
     while m.started.elapsed() < p.start_limit {
         let now = apis.traffic(ci).work_writes();
         if now != writes {
             (writes, last_write) = (now, Some(m.started.elapsed()));
         }
         if serving.is_none() {
-            if let Some(seen) = all_correct(m.dns, probes).await {
-                (serving, vips) = (Some(m.started.elapsed()), seen);
-                rss = Some(m.stats().rss_mib);
+            match all_correct(m.dns, probes).await {
+                Ok(seen) => {
+                    (serving, vips) = (Some(m.started.elapsed()), seen);
+                    rss = Some(m.stats().rss_mib);
+                }
+                Err(wrong) if said.elapsed() >= SAY_EVERY => {
+                    let t = m.started.elapsed().as_secs();
+                    eprintln!("{}: not serving after {t} s: {wrong}", m.id);
+                    said = Instant::now();
+                }
+                Err(_) => {}
             }
         } else if last_write.is_none_or(|t| m.started.elapsed() - t >= p.quiet) {
             break;
@@ -283,7 +294,7 @@ pub async fn churn(
     let moved = churn.restore(apis);
     let agree = join_all(members.iter().map(|m| async {
         while restored.elapsed() < p.start_limit {
-            if all_correct(m.dns, probes).await.is_some() {
+            if all_correct(m.dns, probes).await.is_ok() {
                 return Some(restored.elapsed());
             }
             tokio::time::sleep(TICK).await;

@@ -8,11 +8,14 @@ use std::time::Duration;
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
 
-use crate::common::{Outcome, in_v4_pool, outcome, question, srv_targets, udp_raw};
+use crate::common::{Outcome, in_v4_pool, outcome, question, srv_targets, udp_raw, with_edns};
 use crate::layout::Layout;
 
 /// How long one query may wait for its answer before it counts as wrong.
 const QUERY_WAIT: Duration = Duration::from_millis(300);
+/// EDNS payload of the probes: a headless name of 34 endpoints × 3 clusters
+/// answers ~1.7 kB, more than the 512 bytes of plain DNS over UDP.
+const PAYLOAD: u16 = 4096;
 
 /// What a probed name must answer.
 #[derive(Clone, Debug)]
@@ -77,9 +80,11 @@ pub fn sample(lay: &Layout, per_kind: usize) -> Vec<Probe> {
     probes
 }
 
-/// One UDP query; `None` without an answer in time.
+/// One UDP query (EDNS, [`PAYLOAD`]); `None` without an answer in time.
 pub async fn ask(dns: SocketAddr, name: &str, rtype: RecordType) -> Option<Message> {
-    let bytes = question(name, rtype).to_vec().expect("query encodes");
+    let bytes = with_edns(question(name, rtype), PAYLOAD)
+        .to_vec()
+        .expect("query encodes");
     let reply = udp_raw(dns, &bytes, QUERY_WAIT).await?;
     Message::from_vec(&reply).ok()
 }
@@ -92,32 +97,50 @@ pub async fn single_address(dns: SocketAddr, name: &str) -> Option<IpAddr> {
     }
 }
 
-/// Whether `dns` answers the probe as expected; the VIP it answered for [`Expect::Vip`].
-async fn check(dns: SocketAddr, probe: &Probe) -> Result<Option<IpAddr>, ()> {
+/// Whether `dns` answers the probe as expected: the VIP it answered for
+/// [`Expect::Vip`], or what came instead.
+async fn check(dns: SocketAddr, probe: &Probe) -> Result<Option<IpAddr>, String> {
     let rtype = match probe.expect {
         Expect::Srv(_) => RecordType::SRV,
         _ => RecordType::A,
     };
-    let reply = ask(dns, &probe.name, rtype).await.ok_or(())?;
-    let good = match (&probe.expect, outcome(&reply)) {
+    let reply = ask(dns, &probe.name, rtype)
+        .await
+        .ok_or_else(|| format!("{}: no answer", probe.name))?;
+    let got = outcome(&reply);
+    let good = match (&probe.expect, &got) {
         (Expect::Vip, Outcome::Ips(ips)) if ips.len() == 1 && ips.iter().all(in_v4_pool) => {
-            return Ok(ips.into_iter().next());
+            return Ok(ips.iter().next().copied());
         }
-        (Expect::Ips(want), Outcome::Ips(got)) => *want == got,
+        (Expect::Ips(want), Outcome::Ips(got)) => want == got,
         (Expect::Srv(want), Outcome::Ips(_)) => *want == srv_targets(&reply),
         (Expect::NxDomain, Outcome::NxDomain) => true,
         _ => false,
     };
-    if good { Ok(None) } else { Err(()) }
+    if good {
+        return Ok(None);
+    }
+    let truncated = if reply.metadata.truncation {
+        " (truncated)"
+    } else {
+        ""
+    };
+    let mut got = format!("{got:?}");
+    got.truncate(120);
+    Err(format!("{}: {got}{truncated}", probe.name))
 }
 
-/// Every probe answered right in one round: the VIPs seen, by name.
-pub async fn all_correct(dns: SocketAddr, probes: &[Probe]) -> Option<BTreeMap<String, IpAddr>> {
+/// Every probe answered right in one round: the VIPs seen, by name; else the
+/// first wrong answer.
+pub async fn all_correct(
+    dns: SocketAddr,
+    probes: &[Probe],
+) -> Result<BTreeMap<String, IpAddr>, String> {
     let mut vips = BTreeMap::new();
     for probe in probes {
-        if let Some(vip) = check(dns, probe).await.ok()? {
+        if let Some(vip) = check(dns, probe).await? {
             vips.insert(probe.name.clone(), vip);
         }
     }
-    Some(vips)
+    Ok(vips)
 }
