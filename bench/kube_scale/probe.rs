@@ -8,13 +8,16 @@ use std::time::Duration;
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
 
-use crate::common::{Outcome, in_v4_pool, outcome, question, srv_targets, udp_raw, with_edns};
+use crate::common::{
+    Outcome, in_v4_pool, outcome, question, srv_targets, tcp_raw, udp_raw, with_edns,
+};
 use crate::layout::Layout;
 
 /// How long one query may wait for its answer before it counts as wrong.
 const QUERY_WAIT: Duration = Duration::from_millis(300);
-/// EDNS payload of the probes: a headless name of 34 endpoints × 3 clusters
-/// answers ~1.7 kB, more than the 512 bytes of plain DNS over UDP.
+/// EDNS payload of the probes (the server answers at most 1232 bytes over
+/// UDP, as DNS Flag Day 2020 advises; larger answers come truncated, and are
+/// asked again over TCP, as resolvers do: RFC 7766 §3).
 const PAYLOAD: u16 = 4096;
 
 /// What a probed name must answer.
@@ -80,13 +83,18 @@ pub fn sample(lay: &Layout, per_kind: usize) -> Vec<Probe> {
     probes
 }
 
-/// One UDP query (EDNS, [`PAYLOAD`]); `None` without an answer in time.
+/// One UDP query (EDNS, [`PAYLOAD`]), over TCP again when the answer is
+/// truncated (a headless name of 34 endpoints × 3 clusters answers ~1.7 kB);
+/// `None` without an answer in time.
 pub async fn ask(dns: SocketAddr, name: &str, rtype: RecordType) -> Option<Message> {
     let bytes = with_edns(question(name, rtype), PAYLOAD)
         .to_vec()
         .expect("query encodes");
-    let reply = udp_raw(dns, &bytes, QUERY_WAIT).await?;
-    Message::from_vec(&reply).ok()
+    let reply = Message::from_vec(&udp_raw(dns, &bytes, QUERY_WAIT).await?).ok()?;
+    if !reply.metadata.truncation {
+        return Some(reply);
+    }
+    Message::from_vec(&tcp_raw(dns, &bytes).await).ok()
 }
 
 /// The address a name answers, when it answers exactly one.

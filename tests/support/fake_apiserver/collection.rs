@@ -3,7 +3,8 @@
 //! live map from its continue key and patches in the state, at the list's
 //! resourceVersion, of the few keys written since (see [`Collection::page_at`]),
 //! so paging through n objects costs O(n), not O(n²) as a copy per page would.
-//! Objects are shared (`Arc`) with the history and the watch fan-out.
+//! Objects are kept as compact JSON ([`Json`]), shared (`Arc`) with the
+//! history and the watch fan-out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::iter::Peekable;
@@ -15,18 +16,39 @@ use serde_json::Value;
 /// `(namespace or "", name)`.
 pub(crate) type Key = (String, String);
 
+/// A stored object as compact JSON text. A `serde_json::Value` tree of an
+/// EndpointSlice with 34 endpoints takes ~15 times its JSON size (a B-tree
+/// node per small map), which at 1.5 M objects does not fit in memory; the
+/// text is parsed again where an object is read, rendered or filtered.
+#[derive(Debug)]
+pub(crate) struct Json(Box<str>);
+
+impl Json {
+    pub fn freeze(v: &Value) -> Arc<Self> {
+        Arc::new(Self(serde_json::to_string(v).expect("JSON").into()))
+    }
+
+    pub fn thaw(&self) -> Value {
+        serde_json::from_str(&self.0).expect("stored JSON parses")
+    }
+
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Keys written after some resourceVersion, each with its state at that
 /// version (`None`: it did not exist).
-pub(crate) type Rollback = BTreeMap<Key, Option<Arc<Value>>>;
+pub(crate) type Rollback = BTreeMap<Key, Option<Arc<Json>>>;
 
 #[derive(Default)]
 pub(crate) struct Collection {
-    objects: BTreeMap<Key, Arc<Value>>,
+    objects: BTreeMap<Key, Arc<Json>>,
     per_namespace: HashMap<String, usize>,
 }
 
 impl Collection {
-    pub fn get(&self, key: &Key) -> Option<&Arc<Value>> {
+    pub fn get(&self, key: &Key) -> Option<&Arc<Json>> {
         self.objects.get(key)
     }
 
@@ -35,7 +57,7 @@ impl Collection {
     }
 
     /// Stores `obj`; the object it replaces, if any.
-    pub fn insert(&mut self, key: Key, obj: Arc<Value>) -> Option<Arc<Value>> {
+    pub fn insert(&mut self, key: Key, obj: Arc<Json>) -> Option<Arc<Json>> {
         let ns = key.0.clone();
         let old = self.objects.insert(key, obj);
         if old.is_none() {
@@ -44,7 +66,7 @@ impl Collection {
         old
     }
 
-    pub fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
+    pub fn remove(&mut self, key: &Key) -> Option<Arc<Json>> {
         let old = self.objects.remove(key);
         if old.is_some()
             && let Some(n) = self.per_namespace.get_mut(&key.0)
@@ -62,7 +84,7 @@ impl Collection {
         &'a self,
         namespace: Option<&'a str>,
         after: Option<&Key>,
-    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Json>)> + 'a {
         let start = match (after, namespace) {
             (Some(k), _) => Bound::Excluded(k.clone()),
             (None, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
@@ -89,7 +111,7 @@ impl Collection {
         rollback: &'a Rollback,
         namespace: Option<&'a str>,
         after: Option<&Key>,
-    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Value>)> + 'a {
+    ) -> impl Iterator<Item = (&'a Key, &'a Arc<Json>)> + 'a {
         let start = match after {
             Some(k) => Bound::Excluded(k.clone()),
             None => Bound::Unbounded,
@@ -118,35 +140,18 @@ impl Collection {
     /// about what etcd stores (it stores protobuf for built-in kinds, a
     /// little smaller).
     pub fn footprint(&self, namespace: Option<&str>) -> (usize, u64) {
-        let mut bytes = ByteCount(0);
-        let mut n = 0;
-        for (_, v) in self.range(namespace, None) {
-            serde_json::to_writer(&mut bytes, &**v).expect("JSON to a counter");
-            n += 1;
-        }
-        (n, bytes.0)
-    }
-}
-
-/// An `io::Write` that only counts.
-struct ByteCount(u64);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        self.range(namespace, None)
+            .fold((0, 0), |(n, bytes), (_, v)| {
+                (n + 1, bytes + v.0.len() as u64)
+            })
     }
 }
 
 /// Two key-ordered streams, the rolled-back one winning on equal keys.
 struct Merge<'a, L, O>
 where
-    L: Iterator<Item = (&'a Key, &'a Arc<Value>)>,
-    O: Iterator<Item = (&'a Key, &'a Option<Arc<Value>>)>,
+    L: Iterator<Item = (&'a Key, &'a Arc<Json>)>,
+    O: Iterator<Item = (&'a Key, &'a Option<Arc<Json>>)>,
 {
     live: Peekable<L>,
     old: Peekable<O>,
@@ -154,10 +159,10 @@ where
 
 impl<'a, L, O> Iterator for Merge<'a, L, O>
 where
-    L: Iterator<Item = (&'a Key, &'a Arc<Value>)>,
-    O: Iterator<Item = (&'a Key, &'a Option<Arc<Value>>)>,
+    L: Iterator<Item = (&'a Key, &'a Arc<Json>)>,
+    O: Iterator<Item = (&'a Key, &'a Option<Arc<Json>>)>,
 {
-    type Item = (&'a Key, &'a Arc<Value>);
+    type Item = (&'a Key, &'a Arc<Json>);
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {

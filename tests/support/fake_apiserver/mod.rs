@@ -351,7 +351,7 @@ impl FakeApiServer {
         };
         store
             .list(&rt, &filter, &store::ListOpts::default())
-            .map(|r| r.items.iter().map(|v| Value::clone(v)).collect())
+            .map(|r| r.items)
             .unwrap_or_default()
     }
 

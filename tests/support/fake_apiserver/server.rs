@@ -125,16 +125,16 @@ pub(crate) fn render_object(rt: &ResourceType, version: &str, obj: &Value, parti
     o
 }
 
-fn render_list<V: std::borrow::Borrow<Value>>(
+fn render_list(
     rt: &ResourceType,
     version: &str,
-    items: &[V],
+    items: &[Value],
     meta: Value,
     partial: bool,
 ) -> Value {
     let items: Vec<Value> = items
         .iter()
-        .map(|o| render_object(rt, version, o.borrow(), partial))
+        .map(|o| render_object(rt, version, o, partial))
         .collect();
     let (kind, api_version) = if partial {
         (

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::collection::{Collection, Rollback};
+use super::collection::{Collection, Json, Rollback};
 use super::defaults;
 use super::patch::{self, PatchKind};
 use super::resource::{GroupResource, ResourceType};
@@ -34,8 +34,9 @@ pub(crate) struct Change {
     pub rv: u64,
     pub gr: GroupResource,
     pub kind: ChangeKind,
-    pub old: Option<Arc<Value>>,
-    pub new: Arc<Value>,
+    pub key: Key,
+    pub old: Option<Arc<Json>>,
+    pub new: Arc<Json>,
 }
 
 pub(crate) enum WatchMsg {
@@ -75,7 +76,7 @@ pub(crate) struct ListOpts {
 }
 
 pub(crate) struct ListResult {
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<Value>,
     pub rv: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -286,7 +287,7 @@ impl Store {
         self.objects
             .get(&rt.gr())
             .and_then(|c| c.get(&Self::key(rt, ns, name)))
-            .map(|v| Value::clone(v))
+            .map(|v| v.thaw())
             .ok_or_else(|| ApiError::not_found(rt, name))
     }
 
@@ -324,7 +325,7 @@ impl Store {
                 ChangeKind::Added => None,
                 ChangeKind::Modified | ChangeKind::Deleted => change.old.clone(),
             };
-            rollback.insert(key_of(&change.new), before);
+            rollback.insert(change.key.clone(), before);
         }
         Ok(rollback)
     }
@@ -362,13 +363,10 @@ impl Store {
         let after = resumed.as_ref().map(|t| &t.after);
         let mut matching = coll
             .page_at(&rollback, namespace, after)
-            .filter(|(_, v)| filter.matches(v));
+            .map(|(_, v)| v.thaw())
+            .filter(|v| filter.matches(v));
         let limit = opts.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-        let items: Vec<Arc<Value>> = matching
-            .by_ref()
-            .take(limit)
-            .map(|(_, v)| v.clone())
-            .collect();
+        let items: Vec<Value> = matching.by_ref().take(limit).collect();
         if matching.next().is_none() {
             return Ok(ListResult {
                 items,
@@ -381,7 +379,7 @@ impl Store {
         let unfiltered = filter.labels.is_empty() && filter.fields.is_empty();
         let remaining =
             unfiltered.then(|| coll.len_at(&rollback, namespace).saturating_sub(returned));
-        let last = items.last().map(|v| key_of(v)).expect("a full page");
+        let last = items.last().map(key_of).expect("a full page");
         Ok(ListResult {
             items,
             rv: at,
@@ -441,7 +439,7 @@ impl Store {
         self.history
             .iter()
             .map(|c| {
-                let (namespace, name) = key_of(&c.new);
+                let (namespace, name) = c.key.clone();
                 HistoryEntry {
                     resource_version: c.rv,
                     group: c.gr.group.clone(),
@@ -462,19 +460,20 @@ impl Store {
         self.rv += 1;
         meta_mut(&mut new).insert("resourceVersion".into(), Value::String(self.rv.to_string()));
         let key = key_of(&new);
-        let new = Arc::new(new);
+        let frozen = Json::freeze(&new);
         let coll = self.objects.entry(gr.clone()).or_default();
         let old = if kind == ChangeKind::Deleted {
             coll.remove(&key)
         } else {
-            coll.insert(key, new.clone())
+            coll.insert(key.clone(), frozen.clone())
         };
         let change = Arc::new(Change {
             rv: self.rv,
             gr: gr.clone(),
             kind,
+            key,
             old,
-            new: new.clone(),
+            new: frozen,
         });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_limit {
@@ -484,7 +483,7 @@ impl Store {
         }
         self.subscribers
             .retain(|s| s.gr != *gr || s.tx.send(WatchMsg::Change(change.clone())).is_ok());
-        Value::clone(&new)
+        new
     }
 
     /// Forgets all history: every resourceVersion before now is expired (410).
@@ -933,10 +932,13 @@ impl Store {
             return;
         };
         let ns = meta_str(owner, "namespace").unwrap_or_default().to_owned();
-        let owned = |v: &Value| {
-            v.pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
+        let owned = |v: &Json| {
+            // The text test first: most objects are owned by nothing.
+            v.text().contains(uid.as_str())
+                && v.thaw()
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
         };
         let mut seen = HashSet::new();
         let mut dependents = Vec::new();
@@ -976,11 +978,7 @@ impl Store {
             let victims: Vec<Value> = self
                 .objects
                 .get(&gr)
-                .map(|c| {
-                    c.range(Some(&name), None)
-                        .map(|(_, v)| Value::clone(v))
-                        .collect()
-                })
+                .map(|c| c.range(Some(&name), None).map(|(_, v)| v.thaw()).collect())
                 .unwrap_or_default();
             for v in victims {
                 self.commit(&gr, ChangeKind::Deleted, v);
@@ -1001,7 +999,7 @@ impl Store {
             .get(&rt.gr())
             .map(|c| {
                 c.range(filter.namespace.as_deref(), None)
-                    .filter(|(_, v)| filter.matches(v))
+                    .filter(|(_, v)| filter.matches(&v.thaw()))
                     .map(|(k, _)| k.clone())
                     .collect()
             })
@@ -1050,14 +1048,17 @@ impl Store {
             WatchStart::Current | WatchStart::InitialEvents => {
                 if let Some(c) = self.objects.get(&gr) {
                     let objects = c.range(filter.namespace.as_deref(), None);
-                    for (_, obj) in objects.filter(|(_, o)| filter.matches(o)) {
-                        let rv = meta_str(obj, "resourceVersion")
+                    for (key, obj) in
+                        objects.filter(|(_, o)| filter.selects_all() || filter.matches(&o.thaw()))
+                    {
+                        let rv = meta_str(&obj.thaw(), "resourceVersion")
                             .and_then(|s| s.parse().ok())
                             .unwrap_or(self.rv);
                         let change = Change {
                             rv,
                             gr: gr.clone(),
                             kind: ChangeKind::Added,
+                            key: key.clone(),
                             old: None,
                             new: obj.clone(),
                         };
