@@ -20,7 +20,15 @@ use crate::probe::single_address;
 const CHURN_BASE: u32 = u32::from_be_bytes([100, 64, 0, 0]);
 /// Changes not seen by then count as lost.
 const SEEN_LIMIT: Duration = Duration::from_secs(20);
-const POLL: Duration = Duration::from_millis(2);
+/// Polls every 2 ms at first, less often as the wait grows (a slow phase
+/// would otherwise flood the members with the probes of every pending change).
+fn poll_pause(waited: Duration) -> Duration {
+    Duration::from_millis(match waited.as_millis() {
+        0..100 => 2,
+        100..1000 => 10,
+        _ => 50,
+    })
+}
 /// About this many sampled changes per phase (enough for a p99).
 const SAMPLES: u64 = 300;
 
@@ -33,6 +41,9 @@ pub struct Churned {
     pub writing_s: f64,
     /// Change → answer latencies in the other members, ms, sorted.
     pub latencies_ms: Vec<f64>,
+    /// `(s into the phase when written, ms to the answer)` of each sample,
+    /// in the order written: when in the phase the slow ones were.
+    pub timeline: Vec<(f64, f64)>,
     /// Sampled (change, member) pairs not answered within [`SEEN_LIMIT`].
     pub lost: usize,
 }
@@ -119,8 +130,10 @@ impl Churn {
                     "hl-{h}-0.{}.{svc}.{ns}.svc.clusterset.local.",
                     Layout::cluster(ci)
                 );
+                let at = started.elapsed().as_secs_f64();
                 for (_, &server) in dns.iter().enumerate().filter(|(m, _)| *m != ci) {
-                    polls.spawn(until_answers(server, name.clone(), address, written));
+                    let seen = until_answers(server, name.clone(), address, written);
+                    polls.spawn(async move { (at, seen.await) });
                 }
             }
         }
@@ -131,10 +144,12 @@ impl Churn {
         };
         while let Some(seen) = polls.join_next().await {
             match seen.expect("poll task") {
-                Some(d) => churned.latencies_ms.push(d.as_secs_f64() * 1e3),
-                None => churned.lost += 1,
+                (at, Some(d)) => churned.timeline.push((at, d.as_secs_f64() * 1e3)),
+                (_, None) => churned.lost += 1,
             }
         }
+        churned.timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
+        churned.latencies_ms = churned.timeline.iter().map(|(_, ms)| *ms).collect();
         churned.latencies_ms.sort_by(f64::total_cmp);
         churned
     }
@@ -151,7 +166,7 @@ async fn until_answers(
         if single_address(dns, &name).await == Some(IpAddr::V4(address)) {
             return Some(written.elapsed());
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll_pause(written.elapsed())).await;
     }
     None
 }

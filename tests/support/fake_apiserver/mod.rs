@@ -351,7 +351,7 @@ impl FakeApiServer {
         };
         store
             .list(&rt, &filter, &store::ListOpts::default())
-            .map(|r| r.items)
+            .map(|r| r.items.iter().map(|v| v.thaw()).collect())
             .unwrap_or_default()
     }
 
@@ -374,7 +374,8 @@ impl FakeApiServer {
         items
             .iter()
             .filter_map(|o| {
-                serde_json::from_value(server::render_object(&rt, &K::version(&()), o, false)).ok()
+                let o = o.thaw();
+                serde_json::from_value(server::render_object(&rt, &K::version(&()), &o, false)).ok()
             })
             .collect()
     }

@@ -76,7 +76,8 @@ pub(crate) struct ListOpts {
 }
 
 pub(crate) struct ListResult {
-    pub items: Vec<Value>,
+    /// As stored: lists splice their JSON text into the response.
+    pub items: Vec<Arc<Json>>,
     pub rv: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -361,12 +362,14 @@ impl Store {
         let coll = self.objects.get(&gr).unwrap_or(&empty);
         let namespace = filter.namespace.as_deref();
         let after = resumed.as_ref().map(|t| &t.after);
+        // page_at keeps to the namespace; only selectors need the object parsed.
         let mut matching = coll
             .page_at(&rollback, namespace, after)
-            .map(|(_, v)| v.thaw())
-            .filter(|v| filter.matches(v));
+            .filter(|(_, v)| filter.selects_all() || filter.matches(&v.thaw()));
         let limit = opts.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-        let items: Vec<Value> = matching.by_ref().take(limit).collect();
+        let page: Vec<_> = matching.by_ref().take(limit).collect();
+        let last = page.last().map(|(k, _)| (*k).clone());
+        let items: Vec<Arc<Json>> = page.into_iter().map(|(_, v)| v.clone()).collect();
         if matching.next().is_none() {
             return Ok(ListResult {
                 items,
@@ -379,7 +382,7 @@ impl Store {
         let unfiltered = filter.labels.is_empty() && filter.fields.is_empty();
         let remaining =
             unfiltered.then(|| coll.len_at(&rollback, namespace).saturating_sub(returned));
-        let last = items.last().map(key_of).expect("a full page");
+        let last = last.expect("a full page");
         Ok(ListResult {
             items,
             rv: at,
