@@ -831,6 +831,185 @@ async fn selectors_and_pagination() {
     );
 }
 
+/// Pages of one list show the collection as it was at the first page's
+/// resourceVersion (Kubernetes API concepts, "Retrieving large results sets
+/// in chunks": the continue token keeps the list consistent), while a writer
+/// deletes, relabels and adds objects between and during the pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_under_concurrent_writes() {
+    const N: usize = 300;
+    let server = FakeApiServer::start().await;
+    let api: Api<Service> = Api::namespaced(server.client(), "default");
+    for i in 0..N {
+        let mut s = service(&format!("s{i:03}"), &[("v", "old")]);
+        s.metadata.namespace = Some("default".into());
+        server.put(&s).unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(40)).await.unwrap();
+    let at: u64 = first
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in (0..N).step_by(3) {
+                api.delete(&format!("s{i:03}"), &DeleteParams::default())
+                    .await
+                    .unwrap();
+                let relabel = json!({"metadata": {"labels": {"v": "new"}}});
+                let name = format!("s{:03}", i + 1);
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&relabel))
+                    .await
+                    .unwrap();
+                let added = service(&format!("s{i:03}x"), &[("v", "new")]);
+                api.create(&PostParams::default(), &added).await.unwrap();
+            }
+        })
+    };
+    // some writes land before the second page, more during the others
+    eventually(5, "writes", || server.resource_version() > at + 30).await;
+    let mut seen = first.items.clone();
+    let mut token = first.metadata.continue_.clone();
+    assert_eq!(first.metadata.remaining_item_count, Some((N - 40) as i64));
+    while let Some(t) = token {
+        let page = api
+            .list(&ListParams::default().limit(40).continue_token(&t))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.metadata.resource_version.as_deref(),
+            Some(&*at.to_string())
+        );
+        seen.extend(page.items.iter().cloned());
+        if let Some(left) = page.metadata.remaining_item_count {
+            assert_eq!(left as usize, N - seen.len(), "remainingItemCount");
+        }
+        token = page.metadata.continue_.clone();
+    }
+    writer.await.unwrap();
+    let names: Vec<String> = seen.iter().map(|s| s.name_any()).collect();
+    let want: Vec<String> = (0..N).map(|i| format!("s{i:03}")).collect();
+    assert_eq!(
+        names, want,
+        "exactly the objects at the first page's version, in order"
+    );
+    for s in &seen {
+        assert_eq!(s.labels()["v"], "old", "{} as it was", s.name_any());
+        let rv: u64 = s.resource_version().unwrap().parse().unwrap();
+        assert!(rv <= at, "{} at {rv} > {at}", s.name_any());
+    }
+    let now = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(now.items.len(), N, "as many deleted as added");
+    assert!(now.items.iter().any(|s| s.name_any() == "s000x"));
+}
+
+/// Every request is counted for the client whose bearer token it carries
+/// ("-" without), with its body and the response body, watch events included.
+#[tokio::test]
+async fn traffic_per_client() {
+    let server = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut clients = Vec::new();
+    for token in ["east", "west"] {
+        let path = dir.path().join(token);
+        server
+            .write_kubeconfig_with_token(&path, token, token)
+            .unwrap();
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let options = kube::config::KubeConfigOptions::default();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .unwrap();
+        clients.push(Client::try_from(config).unwrap());
+    }
+    let east: Api<Service> = Api::namespaced(clients[0].clone(), "default");
+    let created = east
+        .create(&PostParams::default(), &service("web", &[]))
+        .await
+        .unwrap();
+    let request = hyper::Request::get("/api/v1/namespaces/default/services")
+        .body(Vec::new())
+        .unwrap();
+    let listed = clients[1].request_text(request).await.unwrap();
+    let traffic = server.traffic();
+    let (e, w) = (&traffic["east"], &traffic["west"]);
+    assert_eq!((e.count(Verb::Create), e.total(), e.writes()), (1, 1, 1));
+    assert_eq!(
+        e.writes_by_resource,
+        BTreeMap::from([("services".into(), 1)])
+    );
+    assert_eq!(
+        (e.writes_except(&["services"]), e.writes_except(&[])),
+        (0, 1)
+    );
+    assert_eq!(
+        e.request_bytes,
+        serde_json::to_vec(&service("web", &[])).unwrap().len() as u64
+    );
+    assert!(e.response_bytes > 100, "the created object came back");
+    assert_eq!(
+        (w.count(Verb::List), w.writes(), w.request_bytes),
+        (1, 0, 0)
+    );
+    assert_eq!(w.response_bytes, listed.len() as u64);
+    assert!(!traffic.contains_key(fake_apiserver::ANONYMOUS));
+
+    // a watch's events are counted as they are streamed
+    let before = server.traffic();
+    let rv = created.resource_version().unwrap();
+    let mut events = east
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    // anonymous: counted under "-"
+    Api::<Service>::namespaced(server.client(), "default")
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+    assert!(matches!(deleted, Ok(Some(Ok(WatchEvent::Deleted(_))))));
+    let delta = fake_apiserver::traffic_since(&server.traffic(), &before);
+    assert_eq!(delta["east"].count(Verb::Watch), 1);
+    assert!(delta["east"].response_bytes > 100, "the DELETED event");
+    assert_eq!(delta[fake_apiserver::ANONYMOUS].count(Verb::Delete), 1);
+    server.reset_traffic();
+    assert!(server.traffic().values().all(|t| t.response_bytes < 100));
+}
+
+/// `stored` counts objects and their compact JSON bytes per resource.
+#[tokio::test]
+async fn stored_objects_and_bytes() {
+    let server = FakeApiServer::start().await;
+    server.create_namespace("shop");
+    for name in ["a", "b"] {
+        let mut s = service(name, &[]);
+        s.metadata.namespace = Some("shop".into());
+        server.put(&s).unwrap();
+    }
+    server.put(&slice("web-1", "10.0.0.1")).unwrap();
+    let bytes = |plural: &str, ns: &str| -> u64 {
+        server
+            .list_raw("", plural, Some(ns))
+            .iter()
+            .map(|o| serde_json::to_vec(o).unwrap().len() as u64)
+            .sum()
+    };
+    let shop = server.stored(Some("shop"));
+    assert_eq!(shop.len(), 1, "{shop:?}");
+    assert_eq!((shop[0].plural.as_str(), shop[0].objects), ("services", 2));
+    assert_eq!(shop[0].json_bytes, bytes("services", "shop"));
+    let all = server.stored(None);
+    let plural = |p: &str| all.iter().find(|s| s.plural == p).map(|s| s.objects);
+    assert_eq!(plural("endpointslices"), Some(1));
+    assert_eq!(plural("namespaces"), Some(5));
+    assert_eq!(plural("services"), Some(2));
+}
+
 // ----- watch ---------------------------------------------------------------------------
 
 #[tokio::test]

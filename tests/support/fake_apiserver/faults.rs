@@ -1,11 +1,12 @@
 //! Request log, injected failures and the pause switch.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 /// The Kubernetes verb of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum Verb {
     Get,
     List,
@@ -19,6 +20,16 @@ pub enum Verb {
     Discovery,
     /// Anything unroutable.
     Other,
+}
+
+impl Verb {
+    /// Whether requests of this verb change objects.
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            Self::Create | Self::Update | Self::Patch | Self::Delete | Self::DeleteCollection
+        )
+    }
 }
 
 /// What the server knew about one request, as logged.
@@ -49,6 +60,9 @@ struct FailRule {
 
 pub(crate) struct Faults {
     log: Mutex<Vec<RequestInfo>>,
+    /// Off for servers taking millions of requests (benchmarks), where the
+    /// log would grow without bound.
+    logging: AtomicBool,
     rules: Mutex<Vec<FailRule>>,
     paused: watch::Sender<bool>,
 }
@@ -57,6 +71,7 @@ impl Faults {
     pub fn new() -> Self {
         Self {
             log: Mutex::new(Vec::new()),
+            logging: AtomicBool::new(true),
             rules: Mutex::new(Vec::new()),
             paused: watch::Sender::new(false),
         }
@@ -78,7 +93,9 @@ impl Faults {
             self.rules.lock().unwrap().retain(|r| r.remaining > 0);
         }
         info.injected_failure = code;
-        self.log.lock().unwrap().push(info);
+        if self.logging.load(Ordering::Relaxed) {
+            self.log.lock().unwrap().push(info);
+        }
         code
     }
 
@@ -104,6 +121,10 @@ impl Faults {
 
     pub fn count(&self, f: impl Fn(&RequestInfo) -> bool) -> usize {
         self.log.lock().unwrap().iter().filter(|i| f(i)).count()
+    }
+
+    pub fn set_logging(&self, on: bool) {
+        self.logging.store(on, Ordering::Relaxed);
     }
 
     pub fn reset_log(&self) {

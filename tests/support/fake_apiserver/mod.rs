@@ -97,6 +97,12 @@
 //!   (what a real apiserver restart looks like), or wipe.
 //! - [`FakeApiServer::requests`], [`FakeApiServer::request_count`] (by [`Verb`]),
 //!   [`FakeApiServer::open_watches`], [`FakeApiServer::history`] for assertions.
+//! - [`FakeApiServer::traffic`]: requests by verb and body bytes each way
+//!   (watch streams included) per client, the client being the bearer token
+//!   it sends ([`FakeApiServer::kubeconfig_yaml_with_token`]) or `-`;
+//!   [`FakeApiServer::stored`]: objects and JSON bytes per resource.
+//!   [`FakeApiServer::set_request_log`] turns the request log off for
+//!   servers taking millions of requests.
 //! - Back door for setup and assertions without HTTP (still versioned and
 //!   watched): [`FakeApiServer::put`], [`FakeApiServer::get`],
 //!   [`FakeApiServer::list`], [`FakeApiServer::remove`], `*_raw` variants,
@@ -104,7 +110,7 @@
 //!
 //! # Simplified
 //!
-//! - No auth, no admission, no validation of object schemas (any JSON object is
+//! - No auth (a bearer token only names the client for accounting), no admission, no validation of object schemas (any JSON object is
 //!   stored as given), no `managedFields`; protobuf is never served (JSON only).
 //! - Server-side apply is a JSON merge patch of the applied configuration:
 //!   `fieldManager` must be present but ownership is not tracked, `force` is
@@ -137,6 +143,7 @@
 
 #![allow(dead_code)]
 
+mod collection;
 mod defaults;
 mod discovery;
 mod faults;
@@ -146,6 +153,7 @@ mod selector;
 mod server;
 mod status;
 mod store;
+mod traffic;
 mod watch;
 
 use std::path::Path;
@@ -165,7 +173,9 @@ pub use resource::ResourceType;
 #[allow(unused_imports)]
 pub use status::ApiError;
 #[allow(unused_imports)]
-pub use store::{ChangeKind, HistoryEntry};
+pub use store::{ChangeKind, HistoryEntry, Stored};
+#[allow(unused_imports)]
+pub use traffic::{ANONYMOUS, Traffic, TrafficByClient, traffic_since};
 
 use server::Shared;
 use store::Preconditions;
@@ -227,13 +237,23 @@ impl FakeApiServer {
 
     /// A kubeconfig whose cluster, user and current context are all named `name`.
     pub fn kubeconfig_yaml(&self, name: &str) -> String {
+        self.kubeconfig_yaml_as(name, "{}")
+    }
+
+    /// [`Self::kubeconfig_yaml`] whose user sends `Authorization: Bearer <token>`:
+    /// [`Self::traffic`] counts its requests under `token`.
+    pub fn kubeconfig_yaml_with_token(&self, name: &str, token: &str) -> String {
+        self.kubeconfig_yaml_as(name, &format!("{{token: {token}}}"))
+    }
+
+    fn kubeconfig_yaml_as(&self, name: &str, user: &str) -> String {
         format!(
             "apiVersion: v1\n\
              kind: Config\n\
              clusters:\n\
              - name: {name}\n  cluster:\n    server: {url}\n\
              users:\n\
-             - name: {name}\n  user: {{}}\n\
+             - name: {name}\n  user: {user}\n\
              contexts:\n\
              - name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\n\
              current-context: {name}\n",
@@ -243,6 +263,16 @@ impl FakeApiServer {
 
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>, name: &str) -> std::io::Result<()> {
         std::fs::write(path, self.kubeconfig_yaml(name))
+    }
+
+    /// Writes [`Self::kubeconfig_yaml_with_token`].
+    pub fn write_kubeconfig_with_token(
+        &self,
+        path: impl AsRef<Path>,
+        name: &str,
+        token: &str,
+    ) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml_with_token(name, token))
     }
 
     // ----- resources ------------------------------------------------------
@@ -321,7 +351,7 @@ impl FakeApiServer {
         };
         store
             .list(&rt, &filter, &store::ListOpts::default())
-            .map(|r| r.items)
+            .map(|r| r.items.iter().map(|v| v.thaw()).collect())
             .unwrap_or_default()
     }
 
@@ -344,7 +374,8 @@ impl FakeApiServer {
         items
             .iter()
             .filter_map(|o| {
-                serde_json::from_value(server::render_object(&rt, &K::version(&()), o, false)).ok()
+                let o = o.thaw();
+                serde_json::from_value(server::render_object(&rt, &K::version(&()), &o, false)).ok()
             })
             .collect()
     }
@@ -535,6 +566,30 @@ impl FakeApiServer {
 
     pub fn reset_requests(&self) {
         self.shared.faults.reset_log();
+    }
+
+    /// Whether [`Self::requests`] keeps a log (default on). Turn it off where a
+    /// server takes millions of requests; [`Self::traffic`] still counts.
+    pub fn set_request_log(&self, on: bool) {
+        self.shared.faults.set_logging(on);
+    }
+
+    // ----- accounting -----------------------------------------------------
+
+    /// Requests by verb and body bytes each way, per client (bearer token,
+    /// [`ANONYMOUS`] without), since the start or [`Self::reset_traffic`];
+    /// [`traffic_since`] diffs two snapshots.
+    pub fn traffic(&self) -> TrafficByClient {
+        self.shared.traffic.snapshot()
+    }
+
+    pub fn reset_traffic(&self) {
+        self.shared.traffic.reset();
+    }
+
+    /// Objects and their JSON bytes per resource, in one namespace or all.
+    pub fn stored(&self, namespace: Option<&str>) -> Vec<Stored> {
+        self.shared.store.lock().unwrap().stored(namespace)
     }
 }
 

@@ -204,6 +204,11 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether every object of the namespace matches (no selector).
+    pub fn selects_all(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && obj.pointer("/metadata/namespace").and_then(Value::as_str) != Some(ns.as_str())

@@ -3,20 +3,20 @@
 //! entry and its fan-out to watchers are atomic and totally ordered (as etcd
 //! revisions are).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use super::collection::{Collection, Json, Rollback};
 use super::defaults;
 use super::patch::{self, PatchKind};
 use super::resource::{GroupResource, ResourceType};
 use super::selector::Filter;
 use super::status::ApiError;
 
-/// `(namespace or "", name)`; objects are kept sorted by it, like etcd keys.
-pub(crate) type Key = (String, String);
+pub(crate) use super::collection::Key;
 
 /// The type of a stored change (and of the watch event it becomes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,14 +27,16 @@ pub enum ChangeKind {
 }
 
 /// One committed write. For `Deleted`, `new` is the last state stamped with the
-/// deletion's resourceVersion (what a DELETED watch event carries).
+/// deletion's resourceVersion (what a DELETED watch event carries). Both
+/// states are shared with the store (and with the neighbouring changes).
 #[derive(Debug)]
 pub(crate) struct Change {
     pub rv: u64,
     pub gr: GroupResource,
     pub kind: ChangeKind,
-    pub old: Option<Value>,
-    pub new: Value,
+    pub key: Key,
+    pub old: Option<Arc<Json>>,
+    pub new: Arc<Json>,
 }
 
 pub(crate) enum WatchMsg {
@@ -74,7 +76,8 @@ pub(crate) struct ListOpts {
 }
 
 pub(crate) struct ListResult {
-    pub items: Vec<Value>,
+    /// As stored: lists splice their JSON text into the response.
+    pub items: Vec<Arc<Json>>,
     pub rv: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -85,6 +88,16 @@ pub(crate) struct ListResult {
 pub(crate) struct Preconditions {
     pub resource_version: Option<String>,
     pub uid: Option<String>,
+}
+
+/// What one resource holds (see [`Store::stored`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Stored {
+    pub group: String,
+    pub plural: String,
+    pub objects: usize,
+    /// Their size as compact JSON.
+    pub json_bytes: u64,
 }
 
 /// One retained history entry, as exposed to tests.
@@ -104,7 +117,7 @@ pub(crate) struct Store {
     pub oldest_rv: u64,
     pub history_limit: usize,
     resources: Vec<ResourceType>,
-    objects: HashMap<GroupResource, BTreeMap<Key, Value>>,
+    objects: HashMap<GroupResource, Collection>,
     history: VecDeque<Arc<Change>>,
     subscribers: Vec<Subscriber>,
     next_sub: u64,
@@ -275,7 +288,7 @@ impl Store {
         self.objects
             .get(&rt.gr())
             .and_then(|c| c.get(&Self::key(rt, ns, name)))
-            .cloned()
+            .map(|v| v.thaw())
             .ok_or_else(|| ApiError::not_found(rt, name))
     }
 
@@ -285,38 +298,37 @@ impl Store {
                 group: String::new(),
                 plural: "namespaces".into(),
             })
-            .is_some_and(|c| c.contains_key(&(String::new(), ns.to_string())))
+            .is_some_and(|c| c.contains(&(String::new(), ns.to_string())))
     }
 
-    /// The collection as it was at `at` (rolled back through the history).
-    fn snapshot(
+    /// The keys of `gr` written after `at`, with their state at `at`: what
+    /// turns the live collection back into the one a list at `at` saw. Costs
+    /// the changes since `at`, not the collection's size.
+    fn rollback(
         &self,
         gr: &GroupResource,
         at: u64,
         expired: impl Fn() -> ApiError,
-    ) -> Result<BTreeMap<Key, Value>, ApiError> {
-        let mut state = self.objects.get(gr).cloned().unwrap_or_default();
+    ) -> Result<Rollback, ApiError> {
+        let mut rollback = Rollback::new();
         if at >= self.rv {
-            return Ok(state);
+            return Ok(rollback);
         }
         if at < self.oldest_rv {
             return Err(expired());
         }
+        // Newest first: the oldest change after `at` has the last word.
         for change in self.history.iter().rev().take_while(|c| c.rv > at) {
             if &change.gr != gr {
                 continue;
             }
-            let key = key_of(&change.new);
-            match (&change.kind, &change.old) {
-                (ChangeKind::Added, _) | (_, None) => {
-                    state.remove(&key);
-                }
-                (_, Some(old)) => {
-                    state.insert(key, old.clone());
-                }
-            }
+            let before = match change.kind {
+                ChangeKind::Added => None,
+                ChangeKind::Modified | ChangeKind::Deleted => change.old.clone(),
+            };
+            rollback.insert(change.key.clone(), before);
         }
-        Ok(state)
+        Ok(rollback)
     }
 
     pub fn list(
@@ -326,49 +338,18 @@ impl Store {
         opts: &ListOpts,
     ) -> Result<ListResult, ApiError> {
         let gr = rt.gr();
-        let (at, start_after) =
-            if let Some(token) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
-                let mut parts = token.splitn(3, '/');
-                let (Some(rv), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next())
-                else {
-                    return Err(ApiError::bad_request(format!(
-                        "invalid continue token {token:?}"
-                    )));
-                };
-                let rv = rv.parse::<u64>().map_err(|_| {
-                    ApiError::bad_request(format!("invalid continue token {token:?}"))
-                })?;
-                (rv, Some((ns.to_string(), name.to_string())))
-            } else {
-                match opts.resource_version.as_deref() {
-                    None | Some("") | Some("0") => (self.rv, None),
-                    Some(s) => {
-                        let n = s.parse::<u64>().map_err(|_| {
-                            ApiError::bad_request(format!("invalid resource version {s:?}"))
-                        })?;
-                        match opts.resource_version_match.as_deref() {
-                            Some("Exact") => (n, None),
-                            None | Some("") | Some("NotOlderThan") => {
-                                if n > self.rv {
-                                    return Err(too_large(n, self.rv));
-                                }
-                                (self.rv, None)
-                            }
-                            Some(other) => {
-                                return Err(ApiError::bad_request(format!(
-                                    "unknown resourceVersionMatch {other:?}"
-                                )));
-                            }
-                        }
-                    }
-                }
-            };
+        let (at, resumed) = match opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            Some(token) => {
+                let token = ContinueToken::parse(token)?;
+                (token.at, Some(token))
+            }
+            None => (self.list_version(opts)?, None),
+        };
         if at > self.rv {
             return Err(too_large(at, self.rv));
         }
-        let continuing = start_after.is_some();
-        let state = self.snapshot(&gr, at, || {
-            if continuing {
+        let rollback = self.rollback(&gr, at, || {
+            if resumed.is_some() {
                 ApiError::expired(
                     "The provided continue parameter is too old to display a consistent list result. \
                      You can start a new list without the continue parameter.",
@@ -377,42 +358,91 @@ impl Store {
                 ApiError::too_old(at, self.oldest_rv)
             }
         })?;
-        let mut matching = state
-            .iter()
-            .filter(|(k, _)| start_after.as_ref().is_none_or(|s| *k > s))
-            .filter(|(_, v)| filter.matches(v));
-        let mut items = Vec::new();
-        let mut last_key = None;
-        let limit = opts.limit.filter(|l| *l > 0);
-        for (k, v) in matching.by_ref() {
-            if limit.is_some_and(|l| items.len() >= l) {
-                // There is at least one more: put it back by counting it below.
-                let remaining = 1 + matching.count();
-                let (ns, name) = last_key.unwrap_or_else(|| k.clone());
-                let unfiltered = filter.labels.is_empty() && filter.fields.is_empty();
-                return Ok(ListResult {
-                    items,
-                    rv: at,
-                    continue_token: Some(format!("{at}/{ns}/{name}")),
-                    remaining: unfiltered.then_some(remaining),
-                });
-            }
-            items.push(v.clone());
-            last_key = Some(k.clone());
+        let empty = Collection::default();
+        let coll = self.objects.get(&gr).unwrap_or(&empty);
+        let namespace = filter.namespace.as_deref();
+        let after = resumed.as_ref().map(|t| &t.after);
+        // page_at keeps to the namespace; only selectors need the object parsed.
+        let mut matching = coll
+            .page_at(&rollback, namespace, after)
+            .filter(|(_, v)| filter.selects_all() || filter.matches(&v.thaw()));
+        let limit = opts.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        let page: Vec<_> = matching.by_ref().take(limit).collect();
+        let last = page.last().map(|(k, _)| (*k).clone());
+        let items: Vec<Arc<Json>> = page.into_iter().map(|(_, v)| v.clone()).collect();
+        if matching.next().is_none() {
+            return Ok(ListResult {
+                items,
+                rv: at,
+                continue_token: None,
+                remaining: None,
+            });
         }
+        let returned = resumed.as_ref().map_or(0, |t| t.returned) + items.len();
+        let unfiltered = filter.labels.is_empty() && filter.fields.is_empty();
+        let remaining =
+            unfiltered.then(|| coll.len_at(&rollback, namespace).saturating_sub(returned));
+        let last = last.expect("a full page");
         Ok(ListResult {
             items,
             rv: at,
-            continue_token: None,
-            remaining: None,
+            continue_token: Some(
+                ContinueToken {
+                    at,
+                    returned,
+                    after: last,
+                }
+                .render(),
+            ),
+            remaining,
         })
+    }
+
+    /// The resourceVersion a list without continue token reads at.
+    fn list_version(&self, opts: &ListOpts) -> Result<u64, ApiError> {
+        match opts.resource_version.as_deref() {
+            None | Some("") | Some("0") => Ok(self.rv),
+            Some(s) => {
+                let n = s.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version {s:?}"))
+                })?;
+                match opts.resource_version_match.as_deref() {
+                    Some("Exact") => Ok(n),
+                    None | Some("") | Some("NotOlderThan") => {
+                        if n > self.rv {
+                            return Err(too_large(n, self.rv));
+                        }
+                        Ok(self.rv)
+                    }
+                    Some(other) => Err(ApiError::bad_request(format!(
+                        "unknown resourceVersionMatch {other:?}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Objects and JSON bytes per resource holding any, in one namespace or all.
+    pub fn stored(&self, namespace: Option<&str>) -> Vec<Stored> {
+        self.resources
+            .iter()
+            .filter_map(|rt| {
+                let (objects, json_bytes) = self.objects.get(&rt.gr())?.footprint(namespace);
+                (objects > 0).then(|| Stored {
+                    group: rt.group.clone(),
+                    plural: rt.plural.clone(),
+                    objects,
+                    json_bytes,
+                })
+            })
+            .collect()
     }
 
     pub fn history(&self) -> Vec<HistoryEntry> {
         self.history
             .iter()
             .map(|c| {
-                let (namespace, name) = key_of(&c.new);
+                let (namespace, name) = c.key.clone();
                 HistoryEntry {
                     resource_version: c.rv,
                     group: c.gr.group.clone(),
@@ -427,29 +457,26 @@ impl Store {
 
     // ----- writes -------------------------------------------------------
 
-    /// Stamps the next resourceVersion, stores, records history and fans out.
-    fn commit(
-        &mut self,
-        gr: &GroupResource,
-        kind: ChangeKind,
-        old: Option<Value>,
-        mut new: Value,
-    ) -> Value {
+    /// Stamps the next resourceVersion, stores, records history (the state it
+    /// replaces is the one stored) and fans out.
+    fn commit(&mut self, gr: &GroupResource, kind: ChangeKind, mut new: Value) -> Value {
         self.rv += 1;
         meta_mut(&mut new).insert("resourceVersion".into(), Value::String(self.rv.to_string()));
         let key = key_of(&new);
+        let frozen = Json::freeze(&new);
         let coll = self.objects.entry(gr.clone()).or_default();
-        if kind == ChangeKind::Deleted {
-            coll.remove(&key);
+        let old = if kind == ChangeKind::Deleted {
+            coll.remove(&key)
         } else {
-            coll.insert(key, new.clone());
-        }
+            coll.insert(key.clone(), frozen.clone())
+        };
         let change = Arc::new(Change {
             rv: self.rv,
             gr: gr.clone(),
             kind,
+            key,
             old,
-            new: new.clone(),
+            new: frozen,
         });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_limit {
@@ -568,7 +595,7 @@ impl Store {
                     loop {
                         let candidate = format!("{prefix}{}", self.generated_suffix());
                         let key = (ns.clone().unwrap_or_default(), candidate.clone());
-                        if !self.objects.get(&gr).is_some_and(|c| c.contains_key(&key)) {
+                        if !self.objects.get(&gr).is_some_and(|c| c.contains(&key)) {
                             break candidate;
                         }
                     }
@@ -583,7 +610,7 @@ impl Store {
             },
         };
         let key = (ns.clone().unwrap_or_default(), name.clone());
-        if self.objects.get(&gr).is_some_and(|c| c.contains_key(&key)) {
+        if self.objects.get(&gr).is_some_and(|c| c.contains(&key)) {
             return Err(ApiError::already_exists(rt, &name));
         }
         let uid = self.new_uid();
@@ -612,7 +639,7 @@ impl Store {
         if dry_run {
             return Ok(obj);
         }
-        Ok(self.commit(&gr, ChangeKind::Added, None, obj))
+        Ok(self.commit(&gr, ChangeKind::Added, obj))
     }
 
     pub fn create(
@@ -850,11 +877,10 @@ impl Store {
             return Ok(new);
         }
         if deleting && !finalizers_left {
-            let m = self.commit(&gr, ChangeKind::Modified, Some(old), new);
-            let deleted = self.commit(&gr, ChangeKind::Deleted, Some(m.clone()), m);
-            return Ok(deleted);
+            let m = self.commit(&gr, ChangeKind::Modified, new);
+            return Ok(self.commit(&gr, ChangeKind::Deleted, m));
         }
-        Ok(self.commit(&gr, ChangeKind::Modified, Some(old), new))
+        Ok(self.commit(&gr, ChangeKind::Modified, new))
     }
 
     /// DELETE one object. Objects with finalizers get `deletionTimestamp` and stay.
@@ -894,9 +920,9 @@ impl Store {
             let meta = meta_mut(&mut new);
             meta.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-            return Ok(self.commit(&gr, ChangeKind::Modified, Some(old), new));
+            return Ok(self.commit(&gr, ChangeKind::Modified, new));
         }
-        self.commit(&gr, ChangeKind::Deleted, Some(old.clone()), old.clone());
+        self.commit(&gr, ChangeKind::Deleted, old.clone());
         self.collect_dependents(&old);
         Ok(old)
     }
@@ -909,10 +935,13 @@ impl Store {
             return;
         };
         let ns = meta_str(owner, "namespace").unwrap_or_default().to_owned();
-        let owned = |v: &Value| {
-            v.pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
+        let owned = |v: &Json| {
+            // The text test first: most objects are owned by nothing.
+            v.text().contains(uid.as_str())
+                && v.thaw()
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
         };
         let mut seen = HashSet::new();
         let mut dependents = Vec::new();
@@ -922,8 +951,8 @@ impl Store {
             };
             dependents.extend(
                 objects
-                    .iter()
-                    .filter(|((k_ns, _), v)| *k_ns == ns && owned(v))
+                    .range(Some(&ns), None)
+                    .filter(|(_, v)| owned(v))
                     .map(|((_, name), _)| (rt.clone(), name.clone())),
             );
         }
@@ -941,7 +970,7 @@ impl Store {
         let mut terminating = old.clone();
         meta_mut(&mut terminating).insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
         terminating["status"] = json!({"phase": "Terminating"});
-        let terminating = self.commit(&ns_gr, ChangeKind::Modified, Some(old), terminating);
+        let terminating = self.commit(&ns_gr, ChangeKind::Modified, terminating);
         let namespaced: Vec<GroupResource> = self
             .resources
             .iter()
@@ -952,23 +981,13 @@ impl Store {
             let victims: Vec<Value> = self
                 .objects
                 .get(&gr)
-                .map(|c| {
-                    c.iter()
-                        .filter(|(k, _)| k.0 == name)
-                        .map(|(_, v)| v.clone())
-                        .collect()
-                })
+                .map(|c| c.range(Some(&name), None).map(|(_, v)| v.thaw()).collect())
                 .unwrap_or_default();
             for v in victims {
-                self.commit(&gr, ChangeKind::Deleted, Some(v.clone()), v);
+                self.commit(&gr, ChangeKind::Deleted, v);
             }
         }
-        self.commit(
-            &ns_gr,
-            ChangeKind::Deleted,
-            Some(terminating.clone()),
-            terminating.clone(),
-        );
+        self.commit(&ns_gr, ChangeKind::Deleted, terminating.clone());
         terminating
     }
 
@@ -982,8 +1001,8 @@ impl Store {
             .objects
             .get(&rt.gr())
             .map(|c| {
-                c.iter()
-                    .filter(|(_, v)| filter.matches(v))
+                c.range(filter.namespace.as_deref(), None)
+                    .filter(|(_, v)| filter.matches(&v.thaw()))
                     .map(|(k, _)| k.clone())
                     .collect()
             })
@@ -1031,14 +1050,18 @@ impl Store {
         match start {
             WatchStart::Current | WatchStart::InitialEvents => {
                 if let Some(c) = self.objects.get(&gr) {
-                    for obj in c.values().filter(|o| filter.matches(o)) {
-                        let rv = meta_str(obj, "resourceVersion")
+                    let objects = c.range(filter.namespace.as_deref(), None);
+                    for (key, obj) in
+                        objects.filter(|(_, o)| filter.selects_all() || filter.matches(&o.thaw()))
+                    {
+                        let rv = meta_str(&obj.thaw(), "resourceVersion")
                             .and_then(|s| s.parse().ok())
                             .unwrap_or(self.rv);
                         let change = Change {
                             rv,
                             gr: gr.clone(),
                             kind: ChangeKind::Added,
+                            key: key.clone(),
                             old: None,
                             new: obj.clone(),
                         };
@@ -1059,7 +1082,9 @@ impl Store {
                 if n > self.rv {
                     return Err(too_large(n, self.rv));
                 }
-                for c in self.history.iter().filter(|c| c.rv > n && c.gr == gr) {
+                // The history is in resourceVersion order: skip to `n` at once.
+                let from = self.history.partition_point(|c| c.rv <= n);
+                for c in self.history.range(from..).filter(|c| c.gr == gr) {
                     let _ = tx.send(WatchMsg::Change(c.clone()));
                 }
             }
@@ -1101,6 +1126,37 @@ impl Scope {
         } else {
             Self::Main
         }
+    }
+}
+
+/// `<resourceVersion>/<items returned so far>/<namespace>/<name of the last
+/// item>`: where the next page starts, at which version, and what
+/// `remainingItemCount` subtracts. Opaque to clients, as kube-apiserver's is.
+struct ContinueToken {
+    at: u64,
+    returned: usize,
+    after: Key,
+}
+
+impl ContinueToken {
+    fn parse(token: &str) -> Result<Self, ApiError> {
+        let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+        let mut parts = token.splitn(4, '/');
+        let (Some(at), Some(returned), Some(ns), Some(name)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        Ok(Self {
+            at: at.parse().map_err(|_| bad())?,
+            returned: returned.parse().map_err(|_| bad())?,
+            after: (ns.to_owned(), name.to_owned()),
+        })
+    }
+
+    fn render(&self) -> String {
+        let (ns, name) = &self.after;
+        format!("{}/{}/{ns}/{name}", self.at, self.returned)
     }
 }
 

@@ -96,8 +96,13 @@ impl Watch {
         let p = &self.p;
         match msg {
             WatchMsg::Change(c) => {
-                let new_m = p.filter.matches(&c.new);
-                let old_m = c.old.as_ref().map(|o| p.filter.matches(o));
+                let new = c.new.thaw();
+                let new_m = p.filter.matches(&new);
+                let old_m = match (&c.old, p.filter.selects_all()) {
+                    (Some(o), false) => Some(p.filter.matches(&o.thaw())),
+                    (Some(_), true) => Some(true),
+                    (None, _) => None,
+                };
                 let typ = match c.kind {
                     ChangeKind::Added => new_m.then_some("ADDED"),
                     ChangeKind::Modified => match (old_m.unwrap_or(false), new_m) {
@@ -108,10 +113,7 @@ impl Watch {
                     },
                     ChangeKind::Deleted => old_m.unwrap_or(new_m).then_some("DELETED"),
                 }?;
-                Some(line(
-                    typ,
-                    render_object(&p.rt, &p.version, &c.new, p.partial),
-                ))
+                Some(line(typ, render_object(&p.rt, &p.version, &new, p.partial)))
             }
             WatchMsg::Bookmark { rv, initial_end } => {
                 if !p.bookmarks && !initial_end {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Kubernetes mode at clusterset scale (issue 13): one clusterset-dns process per
+# member cluster against in-repo fake API servers (three members and a broker,
+# preloaded with the clusterset of scale.sh). Phases: fresh start, steady
+# state, endpoint churn, restart. Tables on stdout; raw numbers and the
+# members' logs in $WORK. See bench/README.md for what each figure means.
+#
+# Env (defaults):
+#   SERVICES=100000 HEADLESS=10000 ENDPOINTS=34 CLUSTERS=3   the clusterset
+#   STEADY_SECONDS=70      no changes (includes a members' 60 s resync)
+#   CHURN_SECONDS=30       per churn rate; CHURN_RATES=10,100 updates per second
+#   PROBES=20              names probed per kind
+#   START_LIMIT=900        seconds a start may take (to serving and quiet writes)
+#   QUIET_SECONDS=5        no writes for this long after serving: start over
+#   LIMIT_SECONDS=3600     hard limit of the run (everything is stopped)
+#   WORK=/tmp/clusterset-bench/kube-scale
+# Small: SERVICES=3000 HEADLESS=300 bench/kube_scale.sh
+set -euo pipefail
+export WORK=${WORK:-/tmp/clusterset-bench/kube-scale}
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+export SERVICES=${SERVICES:-100000} HEADLESS=${HEADLESS:-10000} ENDPOINTS=${ENDPOINTS:-34}
+export CLUSTERS=${CLUSTERS:-3} LIMIT_SECONDS=${LIMIT_SECONDS:-3600}
+
+build_release
+log "cargo bench --bench kube_scale --no-run"
+(cd "$ROOT" && cargo bench --bench kube_scale --no-run --quiet) || die "bench build failed"
+log "running: $CLUSTERS clusters x ($SERVICES ClusterSetIP + $HEADLESS headless x $ENDPOINTS endpoints), raw output in $WORK"
+# The bench stops what it starts (and exits) at LIMIT_SECONDS; this is the backstop.
+(cd "$ROOT" && timeout $((LIMIT_SECONDS + 120)) cargo bench --bench kube_scale --quiet) \
+    | tee "$WORK/kube_scale.md"

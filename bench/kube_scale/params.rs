@@ -1,0 +1,69 @@
+//! The bench's settings, from the environment (see bench/README.md).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::layout::Layout;
+
+pub struct Params {
+    pub lay: Layout,
+    /// Names probed per kind.
+    pub probes: usize,
+    /// Each churn rate runs this long.
+    pub churn: Duration,
+    /// Endpoint changes per second, one churn phase each.
+    pub rates: Vec<u64>,
+    /// Steady state length: at least one 60 s resync of the members.
+    pub steady: Duration,
+    /// A start (to serving and quiet writes) may take this long.
+    pub start_limit: Duration,
+    /// No writes for this long after serving: the start is over.
+    pub quiet: Duration,
+    /// Hard limit of the whole run.
+    pub limit: Duration,
+    pub work: PathBuf,
+}
+
+/// `$name` parsed, or `default`; a clear panic on a bad value.
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        _ => default,
+    }
+}
+
+fn secs(name: &str, default: u64) -> Duration {
+    Duration::from_secs(env_or(name, default))
+}
+
+impl Params {
+    pub fn from_env() -> Self {
+        let rates: String = env_or("CHURN_RATES", "10,100".to_owned());
+        Self {
+            lay: Layout::new(
+                env_or("SERVICES", 100_000),
+                env_or("HEADLESS", 10_000),
+                env_or("ENDPOINTS", 34),
+                env_or("CLUSTERS", 3),
+            ),
+            probes: env_or("PROBES", 20),
+            churn: secs("CHURN_SECONDS", 30),
+            rates: rates
+                .split(',')
+                .map(|r| {
+                    r.trim()
+                        .parse()
+                        .expect("CHURN_RATES: numbers, comma-separated")
+                })
+                .collect(),
+            steady: secs("STEADY_SECONDS", 70),
+            start_limit: secs("START_LIMIT", 900),
+            quiet: secs("QUIET_SECONDS", 5),
+            limit: secs("LIMIT_SECONDS", 3600),
+            work: env_or("WORK", PathBuf::from("/tmp/clusterset-bench/kube-scale")),
+        }
+    }
+}
