@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Record, RecordType};
+use hickory_proto::rr::{Name, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use nix::errno::Errno;
@@ -197,7 +197,7 @@ fn answer(
     {
         let rcode = ResponseCode::from(0, out[3] & 0x0f);
         return Some(Outcome {
-            rtype: Some(query.query.query_type()),
+            rtype: Some(query.rtype),
             rcode,
             problem: query.edns_cut.then_some(Problem::EdnsOptions),
         });
@@ -261,9 +261,10 @@ fn cut_variant(limit: u16, edns: Option<bool>) -> u16 {
 }
 
 /// A plain query: one question, no answer or authority records, at most an
-/// EDNS(0) OPT record.
+/// EDNS(0) OPT record. Its name is decoded only if the index must be asked
+/// (see [`Self::name`]): a worker's recent responses need only the bytes.
 struct FastQuery {
-    query: Query,
+    rtype: RecordType,
     question_end: usize,
     limit: usize,
     /// The DO bit of the query's OPT record; None without EDNS.
@@ -288,7 +289,11 @@ impl FastQuery {
         }
         // A name without compression pointers (else the slow path: FORMERR).
         let question_end = question::end(packet).ok()?;
-        let query = Query::read(&mut decoder).ok()?;
+        let rtype = RecordType::from(u16::from_be_bytes([
+            packet[question_end - 4],
+            packet[question_end - 3],
+        ]));
+        decoder.read_slice(question_end - decoder.index()).ok()?;
         let edns_cut = c.additionals == 1 && options_cut(packet, decoder.index());
         let (edns, limit) = if c.additionals == 1 {
             let record = Record::read(&mut decoder).ok()?;
@@ -304,13 +309,22 @@ impl FastQuery {
         } else {
             (None, 512)
         };
-        (decoder.index() == packet.len() && decoder.index() >= question_end).then_some(Self {
-            query,
+        (decoder.index() == packet.len()).then_some(Self {
+            rtype,
             question_end,
             limit: usize::from(limit),
             edns,
             edns_cut,
         })
+    }
+
+    /// The question's name as hickory-proto reads it (None: it would not,
+    /// and the slow path answers).
+    fn name(packet: &[u8]) -> Option<Name> {
+        let question = packet.get(question::START..)?;
+        Query::read(&mut BinDecoder::new(question))
+            .ok()
+            .map(|query| query.name)
     }
 
     /// The OPT record to add to a complete cached response (empty without EDNS).
@@ -350,17 +364,15 @@ impl FastQuery {
     /// client's limit (its OPT record still to add), else the one cut to that
     /// limit (TC set, OPT included), if stored.
     fn lookup(&self, index: &Index, packet: &[u8]) -> Option<(Arc<[u8]>, bool)> {
-        let (name, question) = (
-            self.query.name(),
-            &packet[question::START..self.question_end],
-        );
-        let full = index.cached(name, question, 0)?;
+        let name = Self::name(packet)?;
+        let question = &packet[question::START..self.question_end];
+        let full = index.cached(&name, question, 0)?;
         if full.len() + self.opt().len() <= self.limit {
             return Some((full, self.edns.is_some()));
         }
         let limit = u16::try_from(self.limit).ok()?;
         Some((
-            index.cached(name, question, cut_variant(limit, self.edns))?,
+            index.cached(&name, question, cut_variant(limit, self.edns))?,
             false,
         ))
     }
@@ -624,9 +636,10 @@ mod tests {
 
     #[test]
     fn parse_takes_a_plain_query_without_edns_at_the_512_byte_limit() {
-        let query = parse(&query(RD, None));
-        assert_eq!(query.query.name().to_ascii(), "wEb.ShOp.");
-        assert_eq!(query.query.query_type(), RecordType::A);
+        let packet = query(RD, None);
+        let query = parse(&packet);
+        assert_eq!(FastQuery::name(&packet).unwrap().to_ascii(), "wEb.ShOp.");
+        assert_eq!(query.rtype, RecordType::A);
         assert_eq!(query.question_end, QUESTION_END);
         assert_eq!(query.limit, 512, "RFC 1035 §4.2.1: 512 bytes without EDNS");
         assert_eq!(query.edns, None);
