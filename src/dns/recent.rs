@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
-/// Slots in the table (a power of two): about 1.3 MiB per worker.
+/// Slots in the table (a power of two): 1.5 MiB per worker (48-byte slots;
+/// one worker per core by default).
 const SLOTS: usize = 1 << 15;
 /// Longest question section: a 255-byte name, type and class.
 const MAX_QUESTION: usize = 255 + 4;
