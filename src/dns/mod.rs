@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod notify;
 mod opt_check;
 mod question;
+mod recent;
 mod response;
 mod server;
 mod tcp;

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Record, RecordType};
+use hickory_proto::rr::{Name, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use nix::errno::Errno;
@@ -24,6 +24,7 @@ use super::log_limit::LogLimit;
 use super::metrics::{DnsMetrics, DnsRecorder};
 use super::opt_check::options_cut;
 use super::question;
+use super::recent::Recent;
 use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::index::Index;
 
@@ -98,6 +99,7 @@ fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &At
     let mut peers: Vec<Option<SockaddrStorage>> = vec![None; BATCH];
     let mut rx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut tx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+    let mut recent = Recent::default();
     while !stop.load(Ordering::Relaxed) {
         let mut received = Vec::with_capacity(0);
         {
@@ -126,7 +128,8 @@ fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &At
             let out = &mut responses[count];
             out.clear();
             let started = Instant::now();
-            if let Some(outcome) = respond(index, &requests[i][..len], peer, out) {
+            let packet = &requests[i][..len];
+            if let Some(outcome) = answer(index, Some(&mut recent), packet, peer, out) {
                 recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
                 recorder.problem(outcome.problem);
                 peers[count] = address;
@@ -177,13 +180,24 @@ pub fn respond(
     peer: SocketAddr,
     out: &mut Vec<u8>,
 ) -> Option<Outcome> {
+    answer(index, None, packet, peer, out)
+}
+
+/// [`respond`], looking in a worker's `recent` responses before the index's.
+fn answer(
+    index: &Index,
+    recent: Option<&mut Recent>,
+    packet: &[u8],
+    peer: SocketAddr,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
     if let Some(query) = FastQuery::parse(packet)
-        && let Some(cached) = query.lookup(index, packet)
+        && let Some(cached) = query.recall(index, recent, packet)
         && query.reuse(cached, packet, out)
     {
         let rcode = ResponseCode::from(0, out[3] & 0x0f);
         return Some(Outcome {
-            rtype: Some(query.query.query_type()),
+            rtype: Some(query.rtype),
             rcode,
             problem: query.edns_cut.then_some(Problem::EdnsOptions),
         });
@@ -247,9 +261,10 @@ fn cut_variant(limit: u16, edns: Option<bool>) -> u16 {
 }
 
 /// A plain query: one question, no answer or authority records, at most an
-/// EDNS(0) OPT record.
+/// EDNS(0) OPT record. Its name is decoded only if the index must be asked
+/// (see [`Self::name`]): a worker's recent responses need only the bytes.
 struct FastQuery {
-    query: Query,
+    rtype: RecordType,
     question_end: usize,
     limit: usize,
     /// The DO bit of the query's OPT record; None without EDNS.
@@ -274,7 +289,11 @@ impl FastQuery {
         }
         // A name without compression pointers (else the slow path: FORMERR).
         let question_end = question::end(packet).ok()?;
-        let query = Query::read(&mut decoder).ok()?;
+        let rtype = RecordType::from(u16::from_be_bytes([
+            packet[question_end - 4],
+            packet[question_end - 3],
+        ]));
+        decoder.read_slice(question_end - decoder.index()).ok()?;
         let edns_cut = c.additionals == 1 && options_cut(packet, decoder.index());
         let (edns, limit) = if c.additionals == 1 {
             let record = Record::read(&mut decoder).ok()?;
@@ -290,13 +309,22 @@ impl FastQuery {
         } else {
             (None, 512)
         };
-        (decoder.index() == packet.len() && decoder.index() >= question_end).then_some(Self {
-            query,
+        (decoder.index() == packet.len()).then_some(Self {
+            rtype,
             question_end,
             limit: usize::from(limit),
             edns,
             edns_cut,
         })
+    }
+
+    /// The question's name as hickory-proto reads it (None: it would not,
+    /// and the slow path answers).
+    fn name(packet: &[u8]) -> Option<Name> {
+        let question = packet.get(question::START..)?;
+        Query::read(&mut BinDecoder::new(question))
+            .ok()
+            .map(|query| query.name)
     }
 
     /// The OPT record to add to a complete cached response (empty without EDNS).
@@ -305,21 +333,46 @@ impl FastQuery {
             .map_or(&[], |dnssec_ok| &OPT[usize::from(dnssec_ok)])
     }
 
+    /// The cached response for this query, from `recent` if it has it while
+    /// the index is unchanged, else from the index (then kept in `recent`).
+    fn recall(
+        &self,
+        index: &Index,
+        recent: Option<&mut Recent>,
+        packet: &[u8],
+    ) -> Option<(Arc<[u8]>, bool)> {
+        let Some(recent) = recent else {
+            return self.lookup(index, packet);
+        };
+        // Read before the index is: a change after it voids what is kept.
+        let version = index.version();
+        let limit = u16::try_from(self.limit).ok()?;
+        let key = recent.key(
+            &packet[question::START..self.question_end],
+            limit,
+            self.edns,
+        )?;
+        if let Some(response) = recent.get(key, version) {
+            return Some(response);
+        }
+        let response = self.lookup(index, packet)?;
+        recent.put(key, version, response.clone());
+        Some(response)
+    }
+
     /// The cached response for this query: the complete one if it fits the
     /// client's limit (its OPT record still to add), else the one cut to that
     /// limit (TC set, OPT included), if stored.
     fn lookup(&self, index: &Index, packet: &[u8]) -> Option<(Arc<[u8]>, bool)> {
-        let (name, question) = (
-            self.query.name(),
-            &packet[question::START..self.question_end],
-        );
-        let full = index.cached(name, question, 0)?;
+        let name = Self::name(packet)?;
+        let question = &packet[question::START..self.question_end];
+        let full = index.cached(&name, question, 0)?;
         if full.len() + self.opt().len() <= self.limit {
             return Some((full, self.edns.is_some()));
         }
         let limit = u16::try_from(self.limit).ok()?;
         Some((
-            index.cached(name, question, cut_variant(limit, self.edns))?,
+            index.cached(&name, question, cut_variant(limit, self.edns))?,
             false,
         ))
     }
@@ -406,8 +459,8 @@ mod tests {
 
     /// Issue 14, fault 0: with updates of a service racing queries about
     /// it, once the updates stop and the queries in flight are done, every
-    /// UDP reply (from the cache) is the one computed afresh, as TCP would
-    /// send it.
+    /// UDP reply (from the cache, or from a worker's recent responses kept
+    /// across the updates) is the one computed afresh, as TCP would send it.
     #[test]
     fn updates_racing_queries_leave_no_stale_cached_answer() {
         // Bounded in rounds and time; the old store-by-name failed within
@@ -428,16 +481,18 @@ mod tests {
         let packets = queries();
         let stop = AtomicBool::new(false);
         let done = AtomicUsize::new(0);
+        let mut recent = Recent::default();
         std::thread::scope(|scope| {
             // Stops the queriers however the checks end (a panic included).
             let _stop = StopOnDrop(&stop);
             for _ in 0..2 {
                 scope.spawn(|| {
                     let mut out = Vec::new();
+                    let mut recent = Recent::default();
                     while !stop.load(Ordering::Relaxed) {
                         for packet in &packets {
                             out.clear();
-                            respond(&index, packet, peer, &mut out);
+                            answer(&index, Some(&mut recent), packet, peer, &mut out);
                         }
                         done.fetch_add(1, Ordering::Release);
                         std::thread::yield_now();
@@ -465,9 +520,41 @@ mod tests {
                     let fresh = fresh(&index, packet, peer);
                     assert_eq!(cached, fresh, "round {round}: stale UDP answer");
                     assert_eq!(again, fresh, "round {round}: stale cached answer");
+                    let mut kept = Vec::new();
+                    answer(&index, Some(&mut recent), packet, peer, &mut kept);
+                    assert_eq!(kept, fresh, "round {round}: stale recent answer");
                 }
             }
         });
+    }
+
+    /// A worker's recent responses are not served once the index changed:
+    /// an update alone (before its commit) already gives the new answer.
+    #[test]
+    fn recent_responses_end_with_an_update_of_the_index() {
+        let index = demo_index(false);
+        let web = LowerName::from_str("web.shop.svc.clusterset.local.").unwrap();
+        let Lookup::Found(Owner::Service(entry, _)) = index.lookup(&web) else {
+            panic!("web.shop is served")
+        };
+        let mut moved = (*entry.import).clone();
+        moved.addresses = ["10.9.9.9".parse().unwrap()].into_iter().collect();
+        let peer: SocketAddr = "127.0.0.1:53000".parse().unwrap();
+        let packet = &queries()[0];
+        let mut recent = Recent::default();
+        let ask = |recent: &mut Recent| {
+            let mut out = Vec::new();
+            answer(&index, Some(recent), packet, peer, &mut out).expect("answered");
+            out
+        };
+        // Computed, then taken from the index and kept, then served from recent.
+        let first = ask(&mut recent);
+        assert_eq!(ask(&mut recent), first);
+        assert_eq!(ask(&mut recent), first);
+        index.update(&ServiceKey::new("shop", "web"), Some(Arc::new(moved)));
+        let after = ask(&mut recent);
+        assert_ne!(after, first, "the address moved");
+        assert_eq!(after, fresh(&index, packet, peer));
     }
 
     struct StopOnDrop<'a>(&'a AtomicBool);
@@ -549,9 +636,10 @@ mod tests {
 
     #[test]
     fn parse_takes_a_plain_query_without_edns_at_the_512_byte_limit() {
-        let query = parse(&query(RD, None));
-        assert_eq!(query.query.name().to_ascii(), "wEb.ShOp.");
-        assert_eq!(query.query.query_type(), RecordType::A);
+        let packet = query(RD, None);
+        let query = parse(&packet);
+        assert_eq!(FastQuery::name(&packet).unwrap().to_ascii(), "wEb.ShOp.");
+        assert_eq!(query.rtype, RecordType::A);
         assert_eq!(query.question_end, QUESTION_END);
         assert_eq!(query.limit, 512, "RFC 1035 §4.2.1: 512 bytes without EDNS");
         assert_eq!(query.edns, None);

@@ -102,6 +102,8 @@ pub struct Index {
     /// Commits so far: a response computed before the latest commit is not
     /// stored (names outside services) or not served (negative answers).
     generation: AtomicU64,
+    /// Updates and commits so far (see [`Self::version`]).
+    version: AtomicU64,
     soa: RwLock<Record>,
     synced: AtomicBool,
     serial: AtomicU32,
@@ -125,6 +127,7 @@ impl Index {
             namespaces: DashMap::default(),
             fixed_cache: RwLock::default(),
             generation: AtomicU64::new(0),
+            version: AtomicU64::new(0),
             soa: RwLock::new(soa_record(&apex_name, ttl, serial)),
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
@@ -254,6 +257,13 @@ impl Index {
         self.soa.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Changes with every update and commit, after it: a response taken
+    /// from [`Self::cached`] after reading a version is current as long as
+    /// the version still reads the same (the UDP workers keep copies so).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
     /// A cached encoded response to `question` (the wire question section,
     /// any case) about `name`, if one was stored. `variant` tells versions of
     /// the same response apart (0: complete; else a size it was cut to).
@@ -328,6 +338,11 @@ impl Index {
 
     /// Replaces a service's import (None: the service is gone).
     pub fn update(&self, key: &ServiceKey, import: Option<Arc<Import>>) {
+        self.replace(key, import);
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn replace(&self, key: &ServiceKey, import: Option<Arc<Import>>) {
         let map_key = format!("{}.{}", key.name, key.namespace)
             .to_ascii_lowercase()
             .into_boxed_str();
@@ -375,6 +390,8 @@ impl Index {
         let mut fixed = self.fixed_cache.write().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
         fixed.clear();
+        drop(fixed);
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The service entry of `<service>.<namespace>` (labels in any case).
