@@ -547,7 +547,7 @@ impl Controller {
                 keys.extend(caches.local_imports.services());
                 keys.extend(caches.local_slices.services());
                 for key in keys {
-                    queue.add(key);
+                    queue.add_later(key);
                 }
                 if round <= 1 || round % SWEEP_EVERY == 0 {
                     match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {

@@ -1,8 +1,10 @@
 //! A work queue of services to write, as controller-runtime keeps one: a key
 //! is queued at most once, never handed to two workers at once, and queued
-//! again if it changes while a worker has it.
+//! again if it changes while a worker has it. Keys queued because something
+//! changed go before keys queued by a periodic resync, so that a resync of
+//! every service at clusterset scale does not delay a change.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
@@ -12,9 +14,31 @@ use crate::model::ServiceKey;
 #[derive(Default)]
 struct State {
     order: VecDeque<ServiceKey>,
-    queued: HashSet<ServiceKey>,
+    later: VecDeque<ServiceKey>,
+    /// Queued keys, and whether something changed for them (else: resync).
+    queued: HashMap<ServiceKey, bool>,
     running: HashSet<ServiceKey>,
     again: HashSet<ServiceKey>,
+}
+
+impl State {
+    /// The next key: changed ones first; entries a key left behind when it
+    /// moved ahead or was taken are skipped.
+    fn pop(&mut self) -> Option<ServiceKey> {
+        while let Some(key) = self.order.pop_front() {
+            if self.queued.get(&key) == Some(&true) {
+                self.queued.remove(&key);
+                return Some(key);
+            }
+        }
+        while let Some(key) = self.later.pop_front() {
+            if self.queued.get(&key) == Some(&false) {
+                self.queued.remove(&key);
+                return Some(key);
+            }
+        }
+        None
+    }
 }
 
 /// Services waiting to be written.
@@ -25,13 +49,27 @@ pub struct WorkQueue {
 }
 
 impl WorkQueue {
-    /// Queues `key` unless it is queued already.
+    /// Queues `key`, something changed for it, unless it is queued already
+    /// (a key waiting for a resync moves ahead).
     pub fn add(&self, key: ServiceKey) {
         let mut state = self.lock();
         if state.running.contains(&key) {
             state.again.insert(key);
-        } else if state.queued.insert(key.clone()) {
+        } else if state.queued.insert(key.clone(), true) != Some(true) {
             state.order.push_back(key);
+            drop(state);
+            self.ready.notify_one();
+        }
+    }
+
+    /// Queues `key` for a resync, after every changed key.
+    pub fn add_later(&self, key: ServiceKey) {
+        let mut state = self.lock();
+        if state.running.contains(&key) {
+            state.again.insert(key);
+        } else if !state.queued.contains_key(&key) {
+            state.queued.insert(key.clone(), false);
+            state.later.push_back(key);
             drop(state);
             self.ready.notify_one();
         }
@@ -43,10 +81,9 @@ impl WorkQueue {
             let notified = self.ready.notified();
             {
                 let mut state = self.lock();
-                if let Some(key) = state.order.pop_front() {
-                    state.queued.remove(&key);
+                if let Some(key) = state.pop() {
                     state.running.insert(key.clone());
-                    if !state.order.is_empty() {
+                    if !state.queued.is_empty() {
                         self.ready.notify_one();
                     }
                     return key;
@@ -68,7 +105,7 @@ impl WorkQueue {
 
     /// Keys queued and not yet taken.
     pub fn len(&self) -> usize {
-        self.lock().order.len()
+        self.lock().queued.len()
     }
 
     /// Whether nothing is queued.
@@ -101,5 +138,22 @@ mod tests {
         assert!(queue.is_empty());
         queue.done(&a);
         assert_eq!(queue.next().await, a);
+    }
+
+    #[tokio::test]
+    async fn changed_keys_go_before_resynced_ones() {
+        let queue = WorkQueue::default();
+        let key = |n: &str| ServiceKey::new("ns", n);
+        queue.add_later(key("r1"));
+        queue.add_later(key("r2"));
+        queue.add(key("c"));
+        // A resynced key that changes moves ahead, and runs once.
+        queue.add(key("r2"));
+        queue.add_later(key("c"));
+        assert_eq!(queue.len(), 3);
+        assert_eq!(queue.next().await, key("c"));
+        assert_eq!(queue.next().await, key("r2"));
+        assert_eq!(queue.next().await, key("r1"));
+        assert!(queue.is_empty());
     }
 }
