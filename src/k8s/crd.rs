@@ -34,15 +34,36 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         crd
     };
     vec![
-        merge(vec![
+        spec_optional(merge(vec![
             v1alpha1::ServiceExport::crd(),
             v1beta1::ServiceExport::crd(),
-        ]),
+        ])),
         merge(vec![
             v1alpha1::ServiceImport::crd(),
             v1beta1::ServiceImport::crd(),
         ]),
     ]
+}
+
+/// A ServiceExport needs no `spec` (KEP-1645's examples have none, and
+/// upstream mcs-api's CRD does not require one), but kube-derive marks it
+/// required: an API server would refuse the exports users write (422).
+fn spec_optional(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let schema = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut());
+        if let Some(schema) = schema {
+            if let Some(required) = schema.required.as_mut() {
+                required.retain(|field| field != "spec");
+            }
+            if schema.required.as_ref().is_some_and(Vec::is_empty) {
+                schema.required = None;
+            }
+        }
+    }
+    crd
 }
 
 /// [`crds`] as multi-document YAML, ready for `kubectl apply -f -`.
