@@ -1,0 +1,168 @@
+//! Kubernetes mode on real control planes (ARCHITECTURE.md, "Tests on a
+//! real control plane"): kube-apiserver, etcd and kube-controller-manager
+//! built from their Go modules, clusterset-dns deployed from
+//! `config/kubernetes` with least-privilege ServiceAccount tokens, and the
+//! scenarios of the fake-server tests run on them.
+//!
+//! The control planes take half a minute each to start, so one set serves
+//! every scenario, in order, in this process: a harness of its own (no
+//! libtest), printing libtest's lines. `cargo test --test real_control_plane
+//! -- WORD` runs the scenarios whose names contain WORD (the clusterset is
+//! started either way). Needs `bash tests/control-plane/build.sh` first; without
+//! its binaries the suite skips, and fails under CI.
+
+#[allow(dead_code, unused_imports)]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod check;
+mod clusterset;
+mod control_plane;
+mod endpoints;
+mod exports;
+mod faults;
+mod ownership;
+mod security;
+mod workloads;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::FutureExt;
+
+use clusterset::Clusterset;
+
+/// Longest a scenario may run before it fails (its waits are shorter).
+const SCENARIO_LIMIT: Duration = Duration::from_secs(300);
+
+type Scenario = for<'a> fn(&'a mut Clusterset) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
+macro_rules! scenarios {
+    ($($path:path),* $(,)?) => {
+        vec![$((stringify!($path), (|set| Box::pin($path(set))) as Scenario)),*]
+    };
+}
+
+fn main() -> ExitCode {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let missing: Vec<&str> = control_plane::BINARIES
+        .into_iter()
+        .filter(|b| !control_plane::bin_dir().join(b).exists())
+        .collect();
+    if !missing.is_empty() {
+        let message = format!(
+            "real control plane: {} missing in {} (build them with `bash tests/control-plane/build.sh`)",
+            missing.join(", "),
+            control_plane::bin_dir().display()
+        );
+        if std::env::var_os("CI").is_some() {
+            eprintln!("error: {message}");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("skipped: {message}");
+        println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
+        return ExitCode::SUCCESS;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(run(&filters))
+}
+
+async fn run(filters: &[String]) -> ExitCode {
+    let all: Vec<(&str, Scenario)> = scenarios![
+        security::members_use_their_own_service_accounts,
+        security::the_endpointslice_policy_admits_only_mcs_slices,
+        exports::import_lives_while_any_cluster_exports,
+        endpoints::headless_answers_follow_pod_readiness,
+        exports::differing_ports_are_a_port_conflict,
+        exports::ip_families_are_intersected,
+        exports::concurrent_exports_never_share_a_vip,
+        ownership::an_import_deleted_by_hand_is_restored,
+        ownership::a_namespace_deleted_in_a_member,
+        faults::the_broker_namespace_emptied_is_rebuilt,
+        faults::the_broker_restarted_past_compaction,
+        faults::the_leader_killed_hands_over,
+        faults::a_dead_member_leaves_the_answers,
+    ];
+    let chosen: Vec<_> = all
+        .into_iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    let started = Instant::now();
+    println!("\nrunning {} tests", chosen.len());
+    let mut set = match Clusterset::start().await {
+        Ok(set) => set,
+        Err(e) => {
+            eprintln!("error: the clusterset did not start: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("clusterset up in {:.0?}", started.elapsed());
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (name, scenario) in chosen {
+        let began = Instant::now();
+        // A panic (an assertion of the shared DNS client) fails the
+        // scenario, not the run.
+        let attempt = AssertUnwindSafe(tokio::time::timeout(SCENARIO_LIMIT, scenario(&mut set)));
+        let outcome = match attempt.catch_unwind().await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(anyhow::anyhow!("not done within {SCENARIO_LIMIT:?}")),
+            Err(panic) => Err(anyhow::anyhow!(
+                "panicked: {}",
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)")
+            )),
+        }
+        .and_then(|()| set.check_alive())
+        .and_then(|()| {
+            let refusals = set.refusals();
+            anyhow::ensure!(
+                refusals.is_empty(),
+                "the API servers refused clusterset-dns (RBAC, admission or schema):\n{}",
+                refusals.join("\n")
+            );
+            Ok(())
+        });
+        match outcome {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1?})", began.elapsed());
+            }
+            Err(e) => {
+                println!("test {name} ... FAILED ({:.1?})", began.elapsed());
+                eprintln!("---- {name} ----\n{e:#}\n");
+                failed.push(name);
+            }
+        }
+    }
+    let status = if failed.is_empty() { "ok" } else { "FAILED" };
+    if !failed.is_empty() {
+        let kept = set.dir.path().to_owned();
+        eprintln!("failures: {}", failed.join(", "));
+        eprintln!("logs kept in {}", kept.display());
+        drop(set.dir.keep());
+    }
+    println!(
+        "\ntest result: {status}. {passed} passed; {} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
