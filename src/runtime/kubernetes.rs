@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
@@ -30,16 +30,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{info, warn};
 
-use crate::cli::{ClustersetArgs, KubernetesArgs};
-use crate::engine::{EngineSettings, VipSource};
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::cli::KubernetesArgs;
+use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records;
 use crate::model::{Change, ClusterId, ServiceKey};
 use crate::ops::metrics::Metrics;
-use crate::runtime::pipeline::{Outputs, Pipeline};
+use crate::runtime::assembly::Kubernetes;
+use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};
 use crate::sources::kubernetes::client::Connection;
-use crate::sources::kubernetes::facts::{self, Facts, Reader};
-use crate::sources::kubernetes::readers;
+use crate::sources::kubernetes::facts::{self, Facts};
+use crate::sources::kubernetes::readers::{FactSource, FactSources};
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
 use crate::writeback::queue::WorkQueue;
@@ -84,36 +84,32 @@ struct Controller {
     clusterset_ip: bool,
 }
 
-/// Follows the local cluster and the broker until `shutdown`, feeding
-/// `outputs`, and writes while this replica leads; releases the Lease on the way out.
+/// Follows the local cluster and the broker (`source`) until `shutdown`,
+/// feeding `pipeline`, and writes while this replica leads; releases the
+/// Lease on the way out.
 pub async fn follow(
-    connection: Connection,
+    pipeline: PipelineSettings,
+    source: Kubernetes,
     args: KubernetesArgs,
-    clusterset: ClustersetArgs,
-    outputs: Outputs,
+    serving: Serving,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let metrics = outputs.metrics.clone();
-    let index = outputs.index.clone();
-    let settings = EngineSettings {
-        vip_source: VipSource::Assigned,
-        local_cluster: Some(connection.cluster.clone()),
-        namespaces_known: true,
-        ..clusterset.engine_settings()
-    };
+    let metrics = serving.metrics.clone();
+    let index = pipeline.index.clone();
+    let clusterset_ip = pipeline.engine.clusterset_ip;
     let (batches, mut incoming) = mpsc::unbounded_channel();
     let mut ctx = Controller {
-        connection,
+        connection: source.connection,
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
-        state: Pipeline::in_cluster(settings, outputs).shared(),
+        state: Pipeline::new(pipeline, Some(serving))?.shared(),
         tasks: JoinSet::new(),
         batches,
-        clusterset_ip: clusterset.clusterset_ip,
+        clusterset_ip,
     };
-    let caches = ctx.watch_all();
-    let fact_sources: HashSet<&'static str> = FACT_SOURCES.into_iter().collect();
+    // The first sync waits for every fact source.
+    let (caches, fact_sources) = ctx.watch_all(source.facts);
     let (synced_tx, synced_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
     ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
@@ -187,62 +183,28 @@ pub async fn follow(
     Ok(())
 }
 
-/// The watches whose events are facts for the engine (the first sync waits for all).
-const FACT_SOURCES: [&str; 6] = [
-    "namespaces",
-    "services",
-    "serviceexports",
-    "endpointslices",
-    "broker/serviceimports",
-    "broker/endpointslices",
-];
-
 impl Controller {
-    /// Starts every watch; returns the caches the writers compare against.
-    fn watch_all(&mut self) -> Caches {
-        let cluster = self.connection.cluster.clone();
+    /// Starts every watch; returns the caches the writers compare against
+    /// and the names of the fact sources.
+    fn watch_all(&mut self, facts: FactSources) -> (Caches, HashSet<&'static str>) {
         let local = self.connection.local.clone();
-        let broker = self.connection.broker.clone();
-        let broker_ns = self.args.broker_namespace.clone();
-        let labelled = watcher::Config::default().labels(crate::k8s::crd::LABEL_SERVICE_NAME);
-        let (namespaces, writer) = reflector::store();
-        let caches = Caches::new(cluster.clone(), namespaces);
-
-        self.facts::<Service>(
-            Api::all(local.clone()),
-            watcher::Config::default(),
-            "services",
-            None,
-            readers::services(cluster.clone()),
-        );
-        self.facts::<ServiceExport>(
-            Api::all(local.clone()),
-            watcher::Config::default(),
-            "serviceexports",
-            Some(caches.local_exports.clone()),
-            readers::service_exports(cluster.clone()),
-        );
-        self.facts::<EndpointSlice>(
-            Api::all(local.clone()),
-            labelled,
-            "endpointslices",
-            None,
-            readers::endpoint_slices(cluster.clone()),
-        );
-        self.facts::<ServiceImport>(
-            Api::namespaced(broker.clone(), &broker_ns),
-            watcher::Config::default(),
-            "broker/serviceimports",
-            Some(caches.broker_records.clone()),
-            readers::broker_records(cluster.clone()),
-        );
-        self.facts::<EndpointSlice>(
-            Api::namespaced(broker.clone(), &broker_ns),
-            watcher::Config::default(),
-            "broker/endpointslices",
-            Some(caches.broker_slices.clone()),
-            readers::broker_slices(cluster.clone()),
-        );
+        let FactSources {
+            namespaces,
+            services,
+            service_exports,
+            endpoint_slices,
+            broker_records,
+            broker_slices,
+        } = facts;
+        let (namespace_cache, writer) = reflector::store();
+        let caches = Caches::new(self.connection.cluster.clone(), namespace_cache);
+        let mut names = vec![
+            self.facts(services, None),
+            self.facts(service_exports, Some(caches.local_exports.clone())),
+            self.facts(endpoint_slices, None),
+            self.facts(broker_records, Some(caches.broker_records.clone())),
+            self.facts(broker_slices, Some(caches.broker_slices.clone())),
+        ];
         self.written::<ServiceImport>(
             Api::all(local.clone()),
             records::MANAGED_SELECTOR,
@@ -250,35 +212,37 @@ impl Controller {
             caches.local_imports.clone(),
         );
         self.written::<EndpointSlice>(
-            Api::all(local.clone()),
+            Api::all(local),
             records::MANAGED_SLICES_SELECTOR,
             "written/endpointslices",
             caches.local_slices.clone(),
         );
-        self.watch_namespaces(Api::all(local), writer);
-        caches
+        names.push(self.watch_namespaces(namespaces, writer));
+        (caches, names.into_iter().collect())
     }
 
-    /// A watch whose objects are facts; objects `seen` keeps queue their service.
-    fn facts<K>(
-        &mut self,
-        api: Api<K>,
-        config: watcher::Config,
-        resource: &'static str,
-        seen: Option<Arc<dyn Follow<K>>>,
-        read: Reader<K>,
-    ) where
+    /// A watch whose objects are facts; objects `seen` keeps queue their
+    /// service. Returns the source's name.
+    fn facts<K>(&mut self, source: FactSource<K>, seen: Option<Arc<dyn Follow<K>>>) -> &'static str
+    where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
+        let FactSource {
+            resource,
+            api,
+            labels,
+            read,
+        } = source;
         let mut facts = Facts::new(read);
         let batches = self.batches.clone();
         let queue = self.queue.clone();
-        self.spawn_watch(api, config, resource, move |event| {
+        self.spawn_watch(api, watch_config(labels), resource, move |event| {
             if let Some(key) = seen.as_ref().and_then(|s| s.on_event(&event)) {
                 queue.add(key);
             }
             forward(&batches, resource, facts.on_event(event));
         });
+        resource
     }
 
     /// A watch of the objects this controller writes, selected by `selector`:
@@ -303,37 +267,34 @@ impl Controller {
 
     /// Namespaces, cached: facts for the engine (a namespace being deleted
     /// counts as gone), and a namespace appearing queues its services.
+    /// Returns the source's name.
     fn watch_namespaces(
         &mut self,
-        api: Api<Namespace>,
+        source: FactSource<Namespace>,
         mut cache: reflector::store::Writer<Namespace>,
-    ) {
+    ) -> &'static str {
+        let FactSource {
+            resource,
+            api,
+            labels,
+            read,
+        } = source;
         let queue = self.queue.clone();
         let state = self.state.clone();
         let batches = self.batches.clone();
-        let mut facts = Facts::new(Box::new(|ns: &Namespace| {
-            let present = ns.metadata.deletion_timestamp.is_none();
-            Ok(present
-                .then(|| Change::Namespace(ns.name_any().into(), true))
-                .into_iter()
-                .collect())
-        }));
-        self.spawn_watch(
-            api,
-            watcher::Config::default(),
-            "namespaces",
-            move |event| {
-                cache.apply_watcher_event(&event);
-                if let Event::Apply(ns) = &event {
-                    let name = ns.name_any();
-                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
-                    for key in state.engine().keys().filter(|k| *k.namespace == *name) {
-                        queue.add(key.clone());
-                    }
+        let mut facts = Facts::new(read);
+        self.spawn_watch(api, watch_config(labels), resource, move |event| {
+            cache.apply_watcher_event(&event);
+            if let Event::Apply(ns) = &event {
+                let name = ns.name_any();
+                let state = state.lock().unwrap_or_else(|e| e.into_inner());
+                for key in state.engine().keys().filter(|k| *k.namespace == *name) {
+                    queue.add(key.clone());
                 }
-                forward(&batches, "namespaces", facts.on_event(event));
-            },
-        );
+            }
+            forward(&batches, resource, facts.on_event(event));
+        });
+        resource
     }
 
     fn spawn_watch<K>(
@@ -566,6 +527,15 @@ impl Controller {
                 }
             }
         });
+    }
+}
+
+/// The watch of the objects `labels` selects (None: all).
+fn watch_config(labels: Option<&str>) -> watcher::Config {
+    let config = watcher::Config::default();
+    match labels {
+        Some(labels) => config.labels(labels),
+        None => config,
     }
 }
 
