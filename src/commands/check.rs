@@ -27,7 +27,7 @@ pub async fn report(args: &ServeArgs) -> CheckReport {
         }) => kubernetes(source).await,
         Ok(assembly) => manifests(args, assembly).await,
     };
-    if let Err(error) = dns::check_tls(&args.tls) {
+    if let Err(error) = dns::check_tls(&assembly::tls_settings(&args.tls)) {
         report.problems.push(format!("{error:#}"));
     }
     report

@@ -3,16 +3,22 @@
 //! `explain`, `status` and `check`. A command differs only in what it does
 //! with them: `serve` follows the source and answers from the index, the
 //! others read the source once (`commands/snapshot.rs`).
+//!
+//! Flags stop here (ARCHITECTURE.md, "Folders and what each may use"): the
+//! layers below take settings types of their own, which the functions at
+//! the end of this file make from the flags.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::cli::{ServeArgs, SourceKind};
+use crate::cli::{KubernetesArgs, ServeArgs, SourceKind, TcpArgs, TlsArgs};
+use crate::dns::{TcpLimits, TlsSettings};
 use crate::engine::{EngineSettings, VipSource};
 use crate::index::{Index, serial};
 use crate::runtime::pipeline::PipelineSettings;
-use crate::sources::kubernetes::client::{self, Connection};
+use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
 use crate::sources::kubernetes::readers::FactSources;
 use crate::sources::manifests::ManifestSource;
 
@@ -67,7 +73,7 @@ pub async fn assemble(args: &ServeArgs) -> anyhow::Result<Assembly> {
             )
         }
         SourceKind::Kubernetes => {
-            let connection = client::connect(&args.kubernetes).await?;
+            let connection = client::connect(&connection_settings(&args.kubernetes)).await?;
             let engine = EngineSettings {
                 vip_source: VipSource::Assigned,
                 local_cluster: Some(connection.cluster.clone()),
@@ -112,4 +118,35 @@ pub fn nameserver_addresses(args: &ServeArgs) -> Vec<IpAddr> {
     let mut seen = HashSet::new();
     addresses.retain(|ip| seen.insert(*ip));
     addresses
+}
+
+/// Where `--source kubernetes` connects.
+pub fn connection_settings(args: &KubernetesArgs) -> ConnectionSettings {
+    ConnectionSettings {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        broker_kubeconfig: args.broker_kubeconfig.clone(),
+        broker_context: args.broker_context.clone(),
+        cluster_id: args.cluster_id.clone(),
+    }
+}
+
+/// DNS over TLS as the flags set it.
+pub fn tls_settings(args: &TlsArgs) -> TlsSettings {
+    TlsSettings {
+        listen: args.tls_listen,
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+    }
+}
+
+/// The limits of DNS over TCP (and TLS) as the flags set them.
+pub fn tcp_limits(args: &TcpArgs) -> TcpLimits {
+    TcpLimits {
+        max_connections: args.tcp_max_connections,
+        max_per_client: args.tcp_max_connections_per_client,
+        idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
+        write_timeout: Duration::from_secs(args.tcp_write_timeout),
+        ..TcpLimits::default()
+    }
 }

@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{ServeArgs, TcpArgs};
-use crate::dns::{DnsServer, TcpLimits, TlsListener, TransferPolicy, notify};
+use crate::cli::ServeArgs;
+use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
@@ -80,9 +80,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let index = pipeline.index.clone();
     let nameservers = assembly::nameserver_addresses(&args);
     let metrics = Arc::new(Metrics::new());
-    let tls = TlsListener::bind(&args.tls).await?;
+    let tls = TlsListener::bind(&assembly::tls_settings(&args.tls)).await?;
     let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
-    let limits = tcp_limits(&args.tcp);
+    let limits = assembly::tcp_limits(&args.tcp);
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
@@ -164,16 +164,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         shutdown,
         task,
     })
-}
-
-fn tcp_limits(args: &TcpArgs) -> TcpLimits {
-    TcpLimits {
-        max_connections: args.tcp_max_connections,
-        max_per_client: args.tcp_max_connections_per_client,
-        idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
-        write_timeout: Duration::from_secs(args.tcp_write_timeout),
-        ..TcpLimits::default()
-    }
 }
 
 /// Binds the operations listener. A failure is fatal, as for DNS: without
