@@ -45,7 +45,7 @@ use crate::writeback::lease::{self, Candidate};
 use crate::writeback::queue::WorkQueue;
 use crate::writeback::seen::Follow;
 use crate::writeback::vip_claims::VipClaims;
-use crate::writeback::writer::{Caches, Writer, WriterSettings};
+use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
 
 /// Writers working on different services at once.
 const WORKERS: usize = 8;
@@ -443,34 +443,20 @@ impl Controller {
             self.state.clone(),
             self.metrics.clone(),
         ));
-        let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
+        let failures: Arc<Failures> = Arc::default();
         for _ in 0..WORKERS {
             let (writer, queue, failures) = (writer.clone(), self.queue.clone(), failures.clone());
             let (mut synced, mut leading) = (synced.clone(), leading.clone());
             self.tasks.spawn(async move {
-                loop {
-                    if synced.wait_for(|s| *s).await.is_err() || leading.wait_for(|l| *l).await.is_err() {
-                        return;
-                    }
+                while synced.wait_for(|s| *s).await.is_ok()
+                    && leading.wait_for(|l| *l).await.is_ok()
+                {
                     let key = queue.next().await;
                     let result = writer.sync(&key).await;
                     queue.done(&key);
-                    let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
                     match result {
-                        Ok(()) => {
-                            failures.remove(&key);
-                        }
-                        Err(error) => {
-                            let n = failures.entry(key.clone()).or_default();
-                            *n += 1;
-                            let delay = (Duration::from_millis(20) * 2u32.pow((*n).min(10))).min(MAX_BACKOFF);
-                            warn!(service = %key, error = %error, retry_in = ?delay, "cannot write; will retry");
-                            let queue = queue.clone();
-                            tokio::spawn(async move {
-                                tokio::time::sleep(delay).await;
-                                queue.add(key);
-                            });
-                        }
+                        Ok(()) => failures.succeeded(&key),
+                        Err(error) => failures.retry_later(&queue, key, &error),
                     }
                 }
             });
@@ -536,6 +522,39 @@ fn watch_config(labels: Option<&str>) -> watcher::Config {
     match labels {
         Some(labels) => config.labels(labels),
         None => config,
+    }
+}
+
+/// Failed writes in a row, per service, for the writers' backoff.
+#[derive(Default)]
+struct Failures(Mutex<HashMap<ServiceKey, u32>>);
+
+impl Failures {
+    /// `key` was written: its next failure waits the shortest time again.
+    fn succeeded(&self, key: &ServiceKey) {
+        self.lock().remove(key);
+    }
+
+    /// Queues `key` again after a wait that doubles with each failure in a
+    /// row, up to [`MAX_BACKOFF`].
+    fn retry_later(&self, queue: &Arc<WorkQueue>, key: ServiceKey, error: &WriteError) {
+        let failed = {
+            let mut failures = self.lock();
+            let n = failures.entry(key.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let delay = (Duration::from_millis(20) * 2u32.pow(failed.min(10))).min(MAX_BACKOFF);
+        warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            queue.add(key);
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
