@@ -1,30 +1,30 @@
 //! Kubernetes mode: the local cluster's API server and a broker API server
 //! are the source, and this cluster's share of the clusterset is written back.
 //!
-//! Every replica watches (kube-rs watchers with reflector caches) the local
-//! ServiceExports, Services and EndpointSlices, and the broker's export
-//! records, VIP records and EndpointSlices of every cluster; each event becomes
-//! [`Change`]s for the same engine and DNS index as embedded mode, so answers
-//! follow every event. The replica holding the leader Lease also writes (see
-//! [`crate::writeback::writer`]): this cluster's exports to the broker, VIP claims, and the local
-//! ServiceImports, mirrored EndpointSlices and ServiceExport conditions.
+//! Every replica watches (`sources/kubernetes/watch.rs`, with reflector
+//! caches for the writers) the local namespaces, ServiceExports, Services and
+//! EndpointSlices, and the broker's export records, VIP records and
+//! EndpointSlices of every cluster; each event becomes [`Change`]s for the
+//! same engine and DNS index as embedded mode, so answers follow every event.
+//! The replica holding the leader Lease also writes (see
+//! [`crate::writeback::writer`]): this cluster's exports to the broker, VIP
+//! claims, and the local ServiceImports, mirrored EndpointSlices and
+//! ServiceExport conditions. This file is the wiring: which watch feeds
+//! what, the writer pool, resync and the heartbeat.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::ListParams;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -38,8 +38,8 @@ use crate::ops::metrics::Metrics;
 use crate::runtime::assembly::Kubernetes;
 use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};
 use crate::sources::kubernetes::client::Connection;
-use crate::sources::kubernetes::facts::{self, Facts};
 use crate::sources::kubernetes::readers::{FactSource, FactSources};
+use crate::sources::kubernetes::watch::{Merged, Watches, batches};
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
 use crate::writeback::queue::WorkQueue;
@@ -51,8 +51,6 @@ use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
 const WORKERS: usize = 8;
 /// Every service is checked again this often, to repair drift.
 const RESYNC: Duration = Duration::from_secs(60);
-/// A healthy watch counts as in sync this often, even when nothing changes.
-const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Age after which a VIP claim no VIP record keeps is released: a writer
 /// writes the record milliseconds after claiming.
 const CLAIM_GRACE: Duration = Duration::from_secs(60);
@@ -64,13 +62,6 @@ const SWEEP_EVERY: u32 = 30;
 /// Longest wait before a failed service is written again.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
-/// Events of one watch, reduced to changes.
-struct Batch {
-    resource: &'static str,
-    changes: Vec<Change>,
-    synced: bool,
-}
-
 /// Everything the watches and writers share.
 struct Controller {
     connection: Connection,
@@ -79,7 +70,7 @@ struct Controller {
     queue: Arc<WorkQueue>,
     state: Arc<Mutex<Pipeline>>,
     tasks: JoinSet<()>,
-    batches: mpsc::UnboundedSender<Batch>,
+    watches: Watches,
     /// Global default of the VIP switch.
     clusterset_ip: bool,
 }
@@ -97,19 +88,21 @@ pub async fn follow(
     let metrics = serving.metrics.clone();
     let index = pipeline.index.clone();
     let clusterset_ip = pipeline.engine.clusterset_ip;
-    let (batches, mut incoming) = mpsc::unbounded_channel();
+    let (sender, mut incoming) = batches();
+    let cluster = source.connection.cluster.clone();
     let mut ctx = Controller {
+        watches: Watches::new(cluster, metrics.clone(), sender),
         connection: source.connection,
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
         state: Pipeline::new(pipeline, Some(serving))?.shared(),
         tasks: JoinSet::new(),
-        batches,
         clusterset_ip,
     };
-    // The first sync waits for every fact source.
     let (caches, fact_sources) = ctx.watch_all(source.facts);
+    // The first sync waits for every fact source.
+    incoming.wait_for(fact_sources);
     let (synced_tx, synced_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
     ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
@@ -133,23 +126,18 @@ pub async fn follow(
     };
     info!(cluster = %ctx.connection.cluster, "following the local cluster and the broker");
 
-    let mut waiting = fact_sources;
     loop {
-        let first = tokio::select! {
+        let merged = tokio::select! {
             () = shutdown.cancelled() => break,
-            batch = incoming.recv() => match batch {
-                Some(batch) => batch,
-                None => break,
-            },
+            merged = incoming.next() => merged,
         };
-        let mut changes = Vec::new();
-        let mut batch = Some(first);
-        while let Some(b) = batch.take().or_else(|| incoming.try_recv().ok()) {
-            if b.synced {
-                waiting.remove(b.resource);
-            }
-            changes.extend(b.changes);
-        }
+        let Some(Merged {
+            changes,
+            all_synced,
+        }) = merged
+        else {
+            break;
+        };
         let mut keys: Vec<ServiceKey> = changes
             .iter()
             .filter_map(|c| c.service().cloned())
@@ -163,7 +151,7 @@ pub async fn follow(
             .collect();
         {
             let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
-            if !*synced_tx.borrow() && waiting.is_empty() {
+            if !*synced_tx.borrow() && all_synced {
                 state.apply_initial(changes);
                 info!(services = index.len(), "first sync done");
                 synced_tx.send_replace(true);
@@ -227,22 +215,12 @@ impl Controller {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let FactSource {
-            resource,
-            api,
-            labels,
-            read,
-        } = source;
-        let mut facts = Facts::new(read);
-        let batches = self.batches.clone();
         let queue = self.queue.clone();
-        self.spawn_watch(api, watch_config(labels), resource, move |event| {
-            if let Some(key) = seen.as_ref().and_then(|s| s.on_event(&event)) {
+        self.watches.facts(&mut self.tasks, source, move |event| {
+            if let Some(key) = seen.as_ref().and_then(|s| s.on_event(event)) {
                 queue.add(key);
             }
-            forward(&batches, resource, facts.on_event(event));
-        });
-        resource
+        })
     }
 
     /// A watch of the objects this controller writes, selected by `selector`:
@@ -258,11 +236,13 @@ impl Controller {
     {
         let queue = self.queue.clone();
         let config = watcher::Config::default().labels(selector);
-        self.spawn_watch(api, config, resource, move |event| {
-            if let Some(key) = seen.on_event(&event) {
-                queue.add(key);
-            }
-        });
+        let tasks = &mut self.tasks;
+        self.watches
+            .spawn(tasks, api, config, resource, move |event| {
+                if let Some(key) = seen.on_event(&event) {
+                    queue.add(key);
+                }
+            });
     }
 
     /// Namespaces, cached: facts for the engine (a namespace being deleted
@@ -273,88 +253,18 @@ impl Controller {
         source: FactSource<Namespace>,
         mut cache: reflector::store::Writer<Namespace>,
     ) -> &'static str {
-        let FactSource {
-            resource,
-            api,
-            labels,
-            read,
-        } = source;
         let queue = self.queue.clone();
         let state = self.state.clone();
-        let batches = self.batches.clone();
-        let mut facts = Facts::new(read);
-        self.spawn_watch(api, watch_config(labels), resource, move |event| {
-            cache.apply_watcher_event(&event);
-            if let Event::Apply(ns) = &event {
+        self.watches.facts(&mut self.tasks, source, move |event| {
+            cache.apply_watcher_event(event);
+            if let Event::Apply(ns) = event {
                 let name = ns.name_any();
                 let state = state.lock().unwrap_or_else(|e| e.into_inner());
                 for key in state.engine().keys().filter(|k| *k.namespace == *name) {
                     queue.add(key.clone());
                 }
             }
-            forward(&batches, resource, facts.on_event(event));
-        });
-        resource
-    }
-
-    fn spawn_watch<K>(
-        &mut self,
-        api: Api<K>,
-        config: watcher::Config,
-        resource: &'static str,
-        mut on_event: impl FnMut(Event<K>) + Send + 'static,
-    ) where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    {
-        let metrics = self.metrics.clone();
-        // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
-        let source = match resource.strip_prefix("broker/") {
-            Some(_) => resource.to_owned(),
-            None => format!("{}/{resource}", self.connection.cluster),
-        };
-        self.tasks.spawn(async move {
-            let probe = api.clone();
-            let mut events = watcher::watcher(api, config).default_backoff().boxed();
-            // In sync: listed once, and no failure since (or the API server
-            // answered again); a quiet healthy watch delivers nothing to tell.
-            let (mut listed, mut healthy) = (false, false);
-            let mut heartbeat = tokio::time::interval(HEARTBEAT);
-            loop {
-                let event = tokio::select! {
-                    event = events.next() => event,
-                    _ = heartbeat.tick() => {
-                        if listed && !healthy {
-                            healthy = probe.list(&ListParams::default().limit(1)).await.is_ok();
-                        }
-                        if listed && healthy {
-                            metrics.mark_synced(&source);
-                        }
-                        continue;
-                    }
-                };
-                match event {
-                    Some(Ok(event)) => {
-                        tracing::trace!(%source, event = event_name(&event), "watch event");
-                        match event {
-                            Event::Init if listed => metrics.watch_restarted(&source, resource),
-                            Event::InitDone => listed = true,
-                            _ => {}
-                        }
-                        healthy = true;
-                        if listed {
-                            metrics.mark_synced(&source);
-                        }
-                        on_event(event);
-                    }
-                    Some(Err(error)) => {
-                        healthy = false;
-                        metrics.watch_failed(&source, resource);
-                        warn!(%source, error = %error, "watch failed; retrying");
-                    }
-                    None => break,
-                }
-            }
-        });
+        })
     }
 
     /// Renews this cluster's heartbeat while this replica leads, and judges
@@ -383,7 +293,8 @@ impl Controller {
 
         let liveness = Arc::new(Mutex::new(Liveness::new(cluster, timeout)));
         let seen = liveness.clone();
-        self.spawn_watch(
+        self.watches.spawn(
+            &mut self.tasks,
             Api::<Lease>::namespaced(broker, &namespace),
             watcher::Config::default().labels(heartbeat::SELECTOR),
             "broker/leases",
@@ -392,7 +303,7 @@ impl Controller {
                 seen.on_event(&event, tokio::time::Instant::now());
             },
         );
-        let (batches, metrics) = (self.batches.clone(), self.metrics.clone());
+        let (batches, metrics) = (self.watches.batches().clone(), self.metrics.clone());
         self.tasks.spawn(async move {
             let mut tick = tokio::time::interval((timeout / 4).min(Duration::from_secs(1)));
             loop {
@@ -410,12 +321,7 @@ impl Controller {
                         info!(%cluster, live, "cluster heartbeat verdict changed");
                     }
                 }
-                let batch = Batch {
-                    resource: "broker/leases",
-                    changes,
-                    synced: false,
-                };
-                if !batch.changes.is_empty() && batches.send(batch).is_err() {
+                if !batches.send("broker/leases", changes) {
                     return;
                 }
             }
@@ -516,15 +422,6 @@ impl Controller {
     }
 }
 
-/// The watch of the objects `labels` selects (None: all).
-fn watch_config(labels: Option<&str>) -> watcher::Config {
-    let config = watcher::Config::default();
-    match labels {
-        Some(labels) => config.labels(labels),
-        None => config,
-    }
-}
-
 /// Failed writes in a row, per service, for the writers' backoff.
 #[derive(Default)]
 struct Failures(Mutex<HashMap<ServiceKey, u32>>);
@@ -555,26 +452,5 @@ impl Failures {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, u32>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Sends what one event of a watch meant to the engine loop, if anything.
-fn forward(batches: &mpsc::UnboundedSender<Batch>, resource: &'static str, delta: facts::Delta) {
-    if !delta.changes.is_empty() || delta.synced {
-        let _ = batches.send(Batch {
-            resource,
-            changes: delta.changes,
-            synced: delta.synced,
-        });
-    }
-}
-
-fn event_name<K>(event: &Event<K>) -> &'static str {
-    match event {
-        Event::Apply(_) => "apply",
-        Event::Delete(_) => "delete",
-        Event::Init => "init",
-        Event::InitApply(_) => "init-apply",
-        Event::InitDone => "init-done",
     }
 }
