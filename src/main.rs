@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clusterset_dns::cli::config_file::{self, Invocation};
-use clusterset_dns::cli::{Command, LogFormat, ServeArgs, SourceKind};
+use clusterset_dns::cli::{Command, LogFormat, ServeArgs};
 use clusterset_dns::commands::{check, explain, status};
 use clusterset_dns::k8s::crd;
 use clusterset_dns::runtime::serve;
@@ -63,13 +63,7 @@ async fn run(command: Option<Command>) -> anyhow::Result<ExitCode> {
     match command {
         None => serve::serve(ServeArgs::default()).await?,
         Some(Command::Serve(args)) => serve::serve(args).await?,
-        Some(Command::Status(args)) => print!(
-            "{}",
-            match args.kubernetes.source {
-                SourceKind::Manifests => status::render(&args)?,
-                SourceKind::Kubernetes => status::render_kubernetes(&args).await?,
-            }
-        ),
+        Some(Command::Status(args)) => print!("{}", status::render(&args).await?),
         Some(Command::Explain(args)) => print!("{}", explain::render(&args).await?),
         Some(Command::Check(args)) => {
             let report = check::report(&args).await;

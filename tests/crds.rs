@@ -1,5 +1,5 @@
 //! The checked-in CustomResourceDefinitions are what `clusterset-dns crds`
-//! generates from the Rust types in src/crd.rs.
+//! generates from the Rust types in src/k8s/crd.rs.
 
 use std::path::Path;
 use std::process::Command;
@@ -45,7 +45,7 @@ fn checked_in_crds_match_the_command() {
                 |i| i + 1,
             );
         panic!(
-            "{CHECKED_IN} is out of date with src/crd.rs (first difference at line {line}); \
+            "{CHECKED_IN} is out of date with src/k8s/crd.rs (first difference at line {line}); \
              regenerate it with `{REGENERATE}` and commit it"
         );
     }

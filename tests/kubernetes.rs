@@ -1095,7 +1095,8 @@ async fn the_cluster_id_comes_from_the_cluster_property() {
         ]) else {
             panic!("serve arguments expected")
         };
-        clusterset_dns::sources::kubernetes::client::connect(&args.kubernetes).await
+        let settings = clusterset_dns::runtime::assembly::connection_settings(&args.kubernetes);
+        clusterset_dns::sources::kubernetes::client::connect(&settings).await
     };
     let err = connect().await.err().expect("no id anywhere").to_string();
     assert!(err.contains("--cluster-id"), "{err}");

@@ -53,12 +53,8 @@ async fn status_reads_member_imports_exports_and_the_broker() {
         panic!("status arguments expected")
     };
     let before = set.broker_objects("multicluster.x-k8s.io", "serviceimports");
-    let report: Value = serde_json::from_str(
-        &status::render_kubernetes(&args)
-            .await
-            .expect("status renders"),
-    )
-    .expect("JSON");
+    let report: Value =
+        serde_json::from_str(&status::render(&args).await.expect("status renders")).expect("JSON");
     let import = the_import(&report, "shop", "web");
     assert_eq!(import["type"], "ClusterSetIP");
     assert_eq!(import["ipFamilies"], json!(["IPv4"]));
@@ -105,9 +101,7 @@ async fn status_reads_member_imports_exports_and_the_broker() {
     let CliCommand::Status(args) = parse_cli(&words("status", &flags, &[])) else {
         panic!("status arguments expected")
     };
-    let text = status::render_kubernetes(&args)
-        .await
-        .expect("status renders");
+    let text = status::render(&args).await.expect("status renders");
     for line in [
         "shop        web ",
         "export   shop        web    east",

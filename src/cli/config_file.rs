@@ -1,11 +1,12 @@
 //! `--config FILE`: a YAML mapping that sets the flags of `serve`, `status`
-//! or `check` under their long names, and the `check` command.
+//! or `check` under their long names.
 //!
 //! The file is turned into `--key=value` arguments placed before the real
 //! ones (right after the subcommand; global flags right after the program
 //! name); the command line is parsed with `args_override_self`, so a flag
-//! given on the command line wins, and one parser (clap) validates both. Each key is first validated on its own, so a
-//! bad value is reported with its key, its value and what is allowed.
+//! given on the command line wins, and one parser (clap) validates both.
+//! Each key is first validated on its own, so a bad value is reported with
+//! its key, its value and what is allowed.
 
 use std::ffi::OsString;
 use std::fmt;

@@ -345,6 +345,20 @@ pub struct ExplainArgs {
     pub serve: ServeArgs,
 }
 
+impl StatusArgs {
+    /// The `serve` flags this `status` stands for: its clusterset and
+    /// Kubernetes mode flags, the others (DNS, which `status` does not
+    /// show) at their defaults.
+    pub fn serve_args(&self) -> ServeArgs {
+        ServeArgs {
+            config: self.config.clone(),
+            clusterset: self.clusterset.clone(),
+            kubernetes: self.kubernetes.clone(),
+            ..ServeArgs::default()
+        }
+    }
+}
+
 impl ServeArgs {
     /// The reverse zones to serve: those named, then those of the VIP pools.
     pub fn reverse_zones(&self) -> Vec<ReverseZone> {

@@ -13,7 +13,7 @@ use clap::parser::ValueSource;
 
 use crate::cli::SourceKind;
 
-/// The help heading of the Kubernetes-only flags in `src/cli.rs`.
+/// The help heading of the Kubernetes-only flags in `cli/mod.rs`.
 const KUBERNETES_HEADING: &str = "Kubernetes mode";
 /// The flags Kubernetes mode has no use for (embedded mode only).
 const EMBEDDED_ONLY: [&str; 2] = ["manifests", "state_file"];

@@ -8,19 +8,26 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::cli::{KubernetesArgs, ServeArgs, SourceKind};
+use crate::cli::ServeArgs;
+use crate::commands::snapshot;
 use crate::dns;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
-use crate::runtime::pipeline::load_manifests;
-use crate::sources::kubernetes::client::connect;
+use crate::runtime::assembly::{self, Assembly, Source};
 
 /// Everything `check` finds for `args`.
 pub async fn report(args: &ServeArgs) -> CheckReport {
-    let mut report = match args.kubernetes.source {
-        SourceKind::Manifests => manifests(args),
-        SourceKind::Kubernetes => kubernetes(&args.kubernetes).await,
+    let mut report = match assembly::assemble(args).await {
+        Err(e) => CheckReport {
+            summary: String::new(),
+            problems: vec![format!("{e:#}")],
+        },
+        Ok(Assembly {
+            source: Source::Kubernetes(source),
+            ..
+        }) => kubernetes(source).await,
+        Ok(assembly) => manifests(args, assembly).await,
     };
-    if let Err(error) = dns::check_tls(&args.tls) {
+    if let Err(error) = dns::check_tls(&assembly::tls_settings(&args.tls)) {
         report.problems.push(format!("{error:#}"));
     }
     report
@@ -37,18 +44,19 @@ pub struct CheckReport {
 
 /// Loads the clusterset `args` describe the way `serve` would (manifest
 /// directory, VIP state file), without serving or writing anything.
-fn manifests(args: &ServeArgs) -> CheckReport {
+async fn manifests(args: &ServeArgs, assembly: Assembly) -> CheckReport {
     let clusterset = &args.clusterset;
     let dir = &clusterset.manifests;
-    let fail = |problem: String| CheckReport {
-        summary: String::new(),
-        problems: vec![problem],
+    let snapshot = match snapshot::take(assembly).await {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            return CheckReport {
+                summary: String::new(),
+                problems: vec![format!("{e:#}")],
+            };
+        }
     };
-    let (pipeline, source) = match load_manifests(clusterset) {
-        Ok(loaded) => loaded,
-        Err(e) => return fail(format!("{e:#}")),
-    };
-    let engine = pipeline.engine();
+    let engine = snapshot.engine();
     let stats = engine.stats();
     let aggregates = engine.aggregates();
     let clusters: BTreeSet<String> = aggregates
@@ -75,7 +83,7 @@ fn manifests(args: &ServeArgs) -> CheckReport {
     );
     CheckReport {
         summary: summary + &transfer_summary(args),
-        problems: source.problems().iter().map(ToString::to_string).collect(),
+        problems: snapshot.problems,
     }
 }
 
@@ -98,21 +106,15 @@ fn listed<T: ToString>(items: &[T]) -> String {
     items.join(", ")
 }
 
-/// What `check --source kubernetes` finds: both API servers reachable, this
-/// cluster's id known, the MCS kinds served locally and on the broker, and
-/// the broker namespace there. Reads only.
-async fn kubernetes(args: &KubernetesArgs) -> CheckReport {
+/// What `check --source kubernetes` finds once both API servers are
+/// reached and this cluster's id is known: the MCS kinds served locally and
+/// on the broker, and the broker namespace there. Reads only.
+async fn kubernetes(source: assembly::Kubernetes) -> CheckReport {
     let mut report = CheckReport {
         summary: String::new(),
         problems: Vec::new(),
     };
-    let connection = match connect(args).await {
-        Ok(connection) => connection,
-        Err(e) => {
-            report.problems.push(format!("{e:#}"));
-            return report;
-        }
-    };
+    let (connection, broker_namespace) = (source.connection, &source.broker_namespace);
     let exports: Api<ServiceExport> = Api::all(connection.local.clone());
     match exports.list(&ListParams::default().limit(1)).await {
         Ok(_) => report.summary.push_str(&format!(
@@ -124,26 +126,22 @@ async fn kubernetes(args: &KubernetesArgs) -> CheckReport {
             .push(format!("local cluster: cannot list ServiceExports: {e}")),
     }
     let namespaces: Api<Namespace> = Api::all(connection.broker.clone());
-    match namespaces.get_opt(&args.broker_namespace).await {
+    match namespaces.get_opt(broker_namespace).await {
         Ok(Some(_)) => {}
         Ok(None) => report.problems.push(format!(
-            "broker: namespace {} does not exist (see --broker-namespace)",
-            args.broker_namespace
+            "broker: namespace {broker_namespace} does not exist (see --broker-namespace)"
         )),
         // Reading namespaces is not needed to serve: the broker RBAC may forbid it.
         Err(_) => {}
     }
-    let records: Api<ServiceImport> =
-        Api::namespaced(connection.broker.clone(), &args.broker_namespace);
+    let records: Api<ServiceImport> = Api::namespaced(connection.broker, broker_namespace);
     match records.list(&ListParams::default()).await {
         Ok(list) => report.summary.push_str(&format!(
-            "broker namespace {}: {} ServiceImports (export and VIP records)\n",
-            args.broker_namespace,
+            "broker namespace {broker_namespace}: {} ServiceImports (export and VIP records)\n",
             list.items.len()
         )),
         Err(e) => report.problems.push(format!(
-            "broker: cannot list ServiceImports in {}: {e}",
-            args.broker_namespace
+            "broker: cannot list ServiceImports in {broker_namespace}: {e}"
         )),
     }
     report

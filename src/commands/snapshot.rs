@@ -1,36 +1,48 @@
-//! A read-only snapshot of Kubernetes mode for `status` and `explain`: one
-//! list of each kind the controller watches, read by the same readers into
-//! an engine set up as `serve` sets it up, plus the broker's own records.
-//! Nothing is written.
+//! The clusterset read once, read only, for `status`, `explain` and `check`:
+//! the assembly `serve` follows (`runtime/assembly.rs`) fed the manifest
+//! directory once, or one list of each kind the controller watches (read
+//! by the same readers), plus the broker's own records. Nothing is written.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::cli::{ClustersetArgs, KubernetesArgs};
-use crate::engine::{Engine, EngineSettings, VipSource};
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::engine::Engine;
+use crate::index::Index;
+use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records::{self, Role};
 use crate::model::Change;
-use crate::sources::kubernetes::client::{Connection, connect};
-use crate::sources::kubernetes::facts::Reader;
-use crate::sources::kubernetes::readers;
+use crate::runtime::assembly::{Assembly, Kubernetes, Source};
+use crate::runtime::pipeline::Pipeline;
+use crate::sources::kubernetes::readers::{FactSource, FactSources};
+use crate::sources::manifests::ManifestSource;
 use crate::writeback::vip_claims::VipClaims;
 
-/// The clusterset as this member's API server and the broker show it now.
+/// The clusterset as the source shows it now.
 pub struct Snapshot {
-    /// The engine, fed what the controller's watches would report.
-    pub engine: Engine,
+    /// The engine, fed what the source holds, and the index it fed.
+    pub pipeline: Pipeline,
     /// Objects that could not be read, each named.
     pub problems: Vec<String>,
-    /// The broker's shared state.
-    pub broker: BrokerView,
+    /// Kubernetes mode: the broker's shared state.
+    pub broker: Option<BrokerView>,
+}
+
+impl Snapshot {
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        self.pipeline.engine()
+    }
+
+    /// The index, as `serve` would answer from it.
+    pub fn index(&self) -> &Index {
+        self.pipeline.index()
+    }
 }
 
 /// The broker namespace's records.
@@ -76,96 +88,86 @@ pub struct ClaimRow {
     pub service: String,
 }
 
-/// Reads the local cluster and the broker once.
-pub async fn take(args: &KubernetesArgs, clusterset: &ClustersetArgs) -> anyhow::Result<Snapshot> {
-    let Connection {
-        local,
-        broker,
-        cluster,
-    } = connect(args).await?;
-    let broker_ns = &args.broker_namespace;
-    let mut engine = Engine::new(EngineSettings {
-        vip_source: VipSource::Assigned,
-        local_cluster: Some(cluster.clone()),
-        ..clusterset.engine_settings()
-    });
-    let mut changes = Vec::new();
-    let mut problems = Vec::new();
-    let all = ListParams::default();
-    let labelled = ListParams::default().labels(crate::k8s::crd::LABEL_SERVICE_NAME);
-    let local_services: Api<Service> = Api::all(local.clone());
-    let local_exports: Api<ServiceExport> = Api::all(local.clone());
-    let local_slices: Api<EndpointSlice> = Api::all(local);
-    let records: Api<ServiceImport> = Api::namespaced(broker.clone(), broker_ns);
-    let broker_slices: Api<EndpointSlice> = Api::namespaced(broker.clone(), broker_ns);
-    let services = list(&local_services, &all, "services").await?;
-    let exports = list(&local_exports, &all, "serviceexports").await?;
-    let slices = list(&local_slices, &labelled, "endpointslices").await?;
-    let broker_records = list(&records, &all, "broker/serviceimports").await?;
-    let remote_slices = list(&broker_slices, &all, "broker/endpointslices").await?;
-    read(
-        &services,
-        &readers::services(cluster.clone()),
-        &mut changes,
-        &mut problems,
-    );
-    read(
-        &exports,
-        &readers::service_exports(cluster.clone()),
-        &mut changes,
-        &mut problems,
-    );
-    read(
-        &slices,
-        &readers::endpoint_slices(cluster.clone()),
-        &mut changes,
-        &mut problems,
-    );
-    read(
-        &broker_records,
-        &readers::broker_records(cluster.clone()),
-        &mut changes,
-        &mut problems,
-    );
-    read(
-        &remote_slices,
-        &readers::broker_slices(cluster),
-        &mut changes,
-        &mut problems,
-    );
-    engine.apply(changes);
-    let claims = VipClaims::new(broker, broker_ns)
+/// Reads the source of `assembly` once (the VIP state file too, in
+/// embedded mode, but never writes it).
+pub async fn take(assembly: Assembly) -> anyhow::Result<Snapshot> {
+    let mut pipeline = Pipeline::new(assembly.pipeline, None)?;
+    match assembly.source {
+        Source::Manifests(mut source) => {
+            pipeline.apply_initial(source.rescan(&HashSet::new()));
+            Ok(Snapshot {
+                pipeline,
+                problems: problems(&source),
+                broker: None,
+            })
+        }
+        Source::Kubernetes(source) => kubernetes(pipeline, source).await,
+    }
+}
+
+fn problems(source: &ManifestSource) -> Vec<String> {
+    source.problems().iter().map(ToString::to_string).collect()
+}
+
+/// One list of each fact source, then the broker's VIP claims.
+async fn kubernetes(mut pipeline: Pipeline, source: Kubernetes) -> anyhow::Result<Snapshot> {
+    let broker_ns = &source.broker_namespace;
+    let FactSources {
+        namespaces,
+        services,
+        service_exports,
+        endpoint_slices,
+        broker_records,
+        broker_slices,
+    } = source.facts;
+    let (mut changes, mut problems) = (Vec::new(), Vec::new());
+    let mut facts = (&mut changes, &mut problems);
+    read(&list(&services).await?, &services, &mut facts);
+    read(&list(&service_exports).await?, &service_exports, &mut facts);
+    read(&list(&endpoint_slices).await?, &endpoint_slices, &mut facts);
+    let records = list(&broker_records).await?;
+    read(&records, &broker_records, &mut facts);
+    read(&list(&broker_slices).await?, &broker_slices, &mut facts);
+    read(&list(&namespaces).await?, &namespaces, &mut facts);
+    pipeline.apply_initial(changes);
+    let claims = VipClaims::new(source.connection.broker, broker_ns)
         .list()
         .await
         .map_err(|e| {
             anyhow::anyhow!("cannot list the VIP claims in the broker namespace {broker_ns}: {e}")
         })?;
     Ok(Snapshot {
-        engine,
+        pipeline,
         problems,
-        broker: broker_view(&broker_records, claims),
+        broker: Some(broker_view(&records, claims)),
     })
 }
 
-async fn list<K>(api: &Api<K>, params: &ListParams, what: &str) -> anyhow::Result<Vec<K>>
+/// Every object of `source`.
+async fn list<K>(source: &FactSource<K>) -> anyhow::Result<Vec<K>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    Ok(api
-        .list(params)
+    let mut params = ListParams::default();
+    if let Some(labels) = source.labels {
+        params = params.labels(labels);
+    }
+    Ok(source
+        .api
+        .list(&params)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot list {what}: {e}"))?
+        .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", source.resource))?
         .items)
 }
 
+/// Reads `objects` of `source` into `(changes, problems)`.
 fn read<K: Resource<DynamicType = ()>>(
     objects: &[K],
-    reader: &Reader<K>,
-    changes: &mut Vec<Change>,
-    problems: &mut Vec<String>,
+    source: &FactSource<K>,
+    (changes, problems): &mut (&mut Vec<Change>, &mut Vec<String>),
 ) {
     for object in objects {
-        match reader(object) {
+        match (source.read)(object) {
             Ok(read) => changes.extend(read),
             Err(why) => problems.push(format!(
                 "{} {}/{}: {why}",

@@ -4,14 +4,14 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::cli::{ClustersetArgs, Format, StatusArgs};
-use crate::commands::snapshot::{self, BrokerView};
+use crate::cli::{Format, StatusArgs};
+use crate::commands::snapshot::{self, BrokerView, Snapshot};
 use crate::engine::Engine;
 use crate::explain::text::{list, usual_reason};
 use crate::model::ServiceKey;
 use crate::model::conditions::{CONFLICT, Condition, READY, VALID};
 use crate::model::import::{ExportStatus, Import};
-use crate::runtime::pipeline::{self, Pipeline};
+use crate::runtime::assembly::assemble;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -40,30 +40,17 @@ struct ExportRow<'a> {
     status: &'a ExportStatus,
 }
 
-/// Loads the manifest directory once and renders its imports, export
-/// conditions and manifest problems. Reads the VIP state file but never writes it.
-pub fn render(args: &StatusArgs) -> anyhow::Result<String> {
-    let (reconciler, problems) = load_manifests(&args.clusterset)?;
-    report(reconciler.engine(), problems, None, args.output)
-}
-
-/// Reads the local API server and the broker once (read only) and renders
-/// this member's imports and export conditions, and the broker's records.
-pub async fn render_kubernetes(args: &StatusArgs) -> anyhow::Result<String> {
-    let snapshot = snapshot::take(&args.kubernetes, &args.clusterset).await?;
-    report(
-        &snapshot.engine,
-        snapshot.problems,
-        Some(&snapshot.broker),
-        args.output,
-    )
-}
-
-/// The manifest directory reconciled once, and the problems of its files.
-pub fn load_manifests(clusterset: &ClustersetArgs) -> anyhow::Result<(Pipeline, Vec<String>)> {
-    let (pipeline, source) = pipeline::load_manifests(clusterset)?;
-    let problems = source.problems().iter().map(ToString::to_string).collect();
-    Ok((pipeline, problems))
+/// Reads the source once (read only: the VIP state file is read, never
+/// written) and renders the imports and export conditions, and the
+/// problems of the objects that could not be read; in Kubernetes mode also
+/// the broker's records.
+pub async fn render(args: &StatusArgs) -> anyhow::Result<String> {
+    let Snapshot {
+        pipeline,
+        problems,
+        broker,
+    } = snapshot::take(assemble(&args.serve_args()).await?).await?;
+    report(pipeline.engine(), problems, broker.as_ref(), args.output)
 }
 
 fn report(

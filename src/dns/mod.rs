@@ -22,7 +22,7 @@ pub use answer::{Answer, answer};
 pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
 pub use server::DnsServer;
 pub use tcp_limits::TcpLimits;
-pub use tls::{TlsListener, check as check_tls};
+pub use tls::{TlsListener, TlsSettings, check as check_tls};
 pub use transfer::TransferPolicy;
 pub use udp::respond as respond_udp;
 

@@ -3,6 +3,7 @@
 //! connection handler, so both share their limits and timeouts.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +19,19 @@ use super::certificates::Certificates;
 use super::metrics::{DnsMetrics, TlsMetrics};
 use super::tcp;
 use super::tcp_limits::{Connections, TcpLimits};
-use crate::cli::TlsArgs;
 use crate::index::Index;
+
+/// DNS over TLS as configured (`--tls-listen`, `--tls-cert`, `--tls-key`):
+/// off without an address.
+#[derive(Clone, Debug, Default)]
+pub struct TlsSettings {
+    /// Address to answer DNS over TLS on.
+    pub listen: Option<SocketAddr>,
+    /// PEM certificate chain, server certificate first.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<PathBuf>,
+}
 
 /// A bound DNS over TLS listener with its certificate loaded.
 pub struct TlsListener {
@@ -29,10 +41,10 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    /// Loads the certificate and key and binds `--tls-listen`; None when DNS
+    /// Loads the certificate and key and binds the address; None when DNS
     /// over TLS is off. An error names the flag or file at fault.
-    pub async fn bind(args: &TlsArgs) -> anyhow::Result<Option<Self>> {
-        let Some((listen, certificates, config)) = load(args)? else {
+    pub async fn bind(settings: &TlsSettings) -> anyhow::Result<Option<Self>> {
+        let Some((listen, certificates, config)) = load(settings)? else {
             return Ok(None);
         };
         let listener = TcpListener::bind(listen).await.with_context(|| {
@@ -94,19 +106,21 @@ impl TlsListener {
     }
 }
 
-/// Checks the DNS over TLS flags and reads the certificate and key as
+/// Checks the DNS over TLS settings and reads the certificate and key as
 /// `serve` would, without binding.
-pub fn check(args: &TlsArgs) -> anyhow::Result<()> {
-    load(args).map(drop)
+pub fn check(settings: &TlsSettings) -> anyhow::Result<()> {
+    load(settings).map(drop)
 }
 
-/// The address, certificates and TLS settings the flags ask for; None when
-/// `--tls-listen` is not given.
-fn load(args: &TlsArgs) -> anyhow::Result<Option<(SocketAddr, Arc<Certificates>, ServerConfig)>> {
-    let Some(listen) = args.tls_listen else {
+/// The address, certificates and rustls configuration `settings` ask for;
+/// None when DNS over TLS is off.
+fn load(
+    settings: &TlsSettings,
+) -> anyhow::Result<Option<(SocketAddr, Arc<Certificates>, ServerConfig)>> {
+    let Some(listen) = settings.listen else {
         return Ok(None);
     };
-    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+    let (Some(cert), Some(key)) = (&settings.cert, &settings.key) else {
         anyhow::bail!("--tls-listen needs --tls-cert and --tls-key");
     };
     // rustls on ring, as kube's client already uses.

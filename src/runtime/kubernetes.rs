@@ -1,58 +1,56 @@
 //! Kubernetes mode: the local cluster's API server and a broker API server
 //! are the source, and this cluster's share of the clusterset is written back.
 //!
-//! Every replica watches (kube-rs watchers with reflector caches) the local
-//! ServiceExports, Services and EndpointSlices, and the broker's export
-//! records, VIP records and EndpointSlices of every cluster; each event becomes
-//! [`Change`]s for the same engine and DNS index as embedded mode, so answers
-//! follow every event. The replica holding the leader Lease also writes (see
-//! [`crate::writeback::writer`]): this cluster's exports to the broker, VIP claims, and the local
-//! ServiceImports, mirrored EndpointSlices and ServiceExport conditions.
+//! Every replica watches (`sources/kubernetes/watch.rs`, with reflector
+//! caches for the writers) the local namespaces, ServiceExports, Services and
+//! EndpointSlices, and the broker's export records, VIP records and
+//! EndpointSlices of every cluster; each event becomes [`Change`]s for the
+//! same engine and DNS index as embedded mode, so answers follow every event.
+//! The replica holding the leader Lease also writes (see
+//! [`crate::writeback::writer`]): this cluster's exports to the broker, VIP
+//! claims, and the local ServiceImports, mirrored EndpointSlices and
+//! ServiceExport conditions. This file is the wiring: which watch feeds
+//! what, the writer pool, resync and the heartbeat.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::ListParams;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{info, warn};
 
-use crate::cli::{ClustersetArgs, KubernetesArgs};
-use crate::engine::{EngineSettings, VipSource};
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::cli::KubernetesArgs;
+use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records;
 use crate::model::{Change, ClusterId, ServiceKey};
 use crate::ops::metrics::Metrics;
-use crate::runtime::pipeline::{Outputs, Pipeline};
+use crate::runtime::assembly::Kubernetes;
+use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};
 use crate::sources::kubernetes::client::Connection;
-use crate::sources::kubernetes::facts::{self, Facts, Reader};
-use crate::sources::kubernetes::readers;
+use crate::sources::kubernetes::readers::{FactSource, FactSources};
+use crate::sources::kubernetes::watch::{Merged, Watches, batches};
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
 use crate::writeback::queue::WorkQueue;
 use crate::writeback::seen::Follow;
 use crate::writeback::vip_claims::VipClaims;
-use crate::writeback::writer::{Caches, Writer, WriterSettings};
+use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
 
 /// Writers working on different services at once.
 const WORKERS: usize = 8;
 /// Every service is checked again this often, to repair drift.
 const RESYNC: Duration = Duration::from_secs(60);
-/// A healthy watch counts as in sync this often, even when nothing changes.
-const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Age after which a VIP claim no VIP record keeps is released: a writer
 /// writes the record milliseconds after claiming.
 const CLAIM_GRACE: Duration = Duration::from_secs(60);
@@ -64,13 +62,6 @@ const SWEEP_EVERY: u32 = 30;
 /// Longest wait before a failed service is written again.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
-/// Events of one watch, reduced to changes.
-struct Batch {
-    resource: &'static str,
-    changes: Vec<Change>,
-    synced: bool,
-}
-
 /// Everything the watches and writers share.
 struct Controller {
     connection: Connection,
@@ -79,41 +70,39 @@ struct Controller {
     queue: Arc<WorkQueue>,
     state: Arc<Mutex<Pipeline>>,
     tasks: JoinSet<()>,
-    batches: mpsc::UnboundedSender<Batch>,
+    watches: Watches,
     /// Global default of the VIP switch.
     clusterset_ip: bool,
 }
 
-/// Follows the local cluster and the broker until `shutdown`, feeding
-/// `outputs`, and writes while this replica leads; releases the Lease on the way out.
+/// Follows the local cluster and the broker (`source`) until `shutdown`,
+/// feeding `pipeline`, and writes while this replica leads; releases the
+/// Lease on the way out.
 pub async fn follow(
-    connection: Connection,
+    pipeline: PipelineSettings,
+    source: Kubernetes,
     args: KubernetesArgs,
-    clusterset: ClustersetArgs,
-    outputs: Outputs,
+    serving: Serving,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let metrics = outputs.metrics.clone();
-    let index = outputs.index.clone();
-    let settings = EngineSettings {
-        vip_source: VipSource::Assigned,
-        local_cluster: Some(connection.cluster.clone()),
-        namespaces_known: true,
-        ..clusterset.engine_settings()
-    };
-    let (batches, mut incoming) = mpsc::unbounded_channel();
+    let metrics = serving.metrics.clone();
+    let index = pipeline.index.clone();
+    let clusterset_ip = pipeline.engine.clusterset_ip;
+    let (sender, mut incoming) = batches();
+    let cluster = source.connection.cluster.clone();
     let mut ctx = Controller {
-        connection,
+        watches: Watches::new(cluster, metrics.clone(), sender),
+        connection: source.connection,
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
-        state: Pipeline::in_cluster(settings, outputs).shared(),
+        state: Pipeline::new(pipeline, Some(serving))?.shared(),
         tasks: JoinSet::new(),
-        batches,
-        clusterset_ip: clusterset.clusterset_ip,
+        clusterset_ip,
     };
-    let caches = ctx.watch_all();
-    let fact_sources: HashSet<&'static str> = FACT_SOURCES.into_iter().collect();
+    let (caches, fact_sources) = ctx.watch_all(source.facts);
+    // The first sync waits for every fact source.
+    incoming.wait_for(fact_sources);
     let (synced_tx, synced_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(false);
     ctx.start_writers(caches.clone(), synced_rx.clone(), leading_rx.clone());
@@ -137,23 +126,18 @@ pub async fn follow(
     };
     info!(cluster = %ctx.connection.cluster, "following the local cluster and the broker");
 
-    let mut waiting = fact_sources;
     loop {
-        let first = tokio::select! {
+        let merged = tokio::select! {
             () = shutdown.cancelled() => break,
-            batch = incoming.recv() => match batch {
-                Some(batch) => batch,
-                None => break,
-            },
+            merged = incoming.next() => merged,
         };
-        let mut changes = Vec::new();
-        let mut batch = Some(first);
-        while let Some(b) = batch.take().or_else(|| incoming.try_recv().ok()) {
-            if b.synced {
-                waiting.remove(b.resource);
-            }
-            changes.extend(b.changes);
-        }
+        let Some(Merged {
+            changes,
+            all_synced,
+        }) = merged
+        else {
+            break;
+        };
         let mut keys: Vec<ServiceKey> = changes
             .iter()
             .filter_map(|c| c.service().cloned())
@@ -167,7 +151,7 @@ pub async fn follow(
             .collect();
         {
             let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
-            if !*synced_tx.borrow() && waiting.is_empty() {
+            if !*synced_tx.borrow() && all_synced {
                 state.apply_initial(changes);
                 info!(services = index.len(), "first sync done");
                 synced_tx.send_replace(true);
@@ -187,62 +171,28 @@ pub async fn follow(
     Ok(())
 }
 
-/// The watches whose events are facts for the engine (the first sync waits for all).
-const FACT_SOURCES: [&str; 6] = [
-    "namespaces",
-    "services",
-    "serviceexports",
-    "endpointslices",
-    "broker/serviceimports",
-    "broker/endpointslices",
-];
-
 impl Controller {
-    /// Starts every watch; returns the caches the writers compare against.
-    fn watch_all(&mut self) -> Caches {
-        let cluster = self.connection.cluster.clone();
+    /// Starts every watch; returns the caches the writers compare against
+    /// and the names of the fact sources.
+    fn watch_all(&mut self, facts: FactSources) -> (Caches, HashSet<&'static str>) {
         let local = self.connection.local.clone();
-        let broker = self.connection.broker.clone();
-        let broker_ns = self.args.broker_namespace.clone();
-        let labelled = watcher::Config::default().labels(crate::k8s::crd::LABEL_SERVICE_NAME);
-        let (namespaces, writer) = reflector::store();
-        let caches = Caches::new(cluster.clone(), namespaces);
-
-        self.facts::<Service>(
-            Api::all(local.clone()),
-            watcher::Config::default(),
-            "services",
-            None,
-            readers::services(cluster.clone()),
-        );
-        self.facts::<ServiceExport>(
-            Api::all(local.clone()),
-            watcher::Config::default(),
-            "serviceexports",
-            Some(caches.local_exports.clone()),
-            readers::service_exports(cluster.clone()),
-        );
-        self.facts::<EndpointSlice>(
-            Api::all(local.clone()),
-            labelled,
-            "endpointslices",
-            None,
-            readers::endpoint_slices(cluster.clone()),
-        );
-        self.facts::<ServiceImport>(
-            Api::namespaced(broker.clone(), &broker_ns),
-            watcher::Config::default(),
-            "broker/serviceimports",
-            Some(caches.broker_records.clone()),
-            readers::broker_records(cluster.clone()),
-        );
-        self.facts::<EndpointSlice>(
-            Api::namespaced(broker.clone(), &broker_ns),
-            watcher::Config::default(),
-            "broker/endpointslices",
-            Some(caches.broker_slices.clone()),
-            readers::broker_slices(cluster.clone()),
-        );
+        let FactSources {
+            namespaces,
+            services,
+            service_exports,
+            endpoint_slices,
+            broker_records,
+            broker_slices,
+        } = facts;
+        let (namespace_cache, writer) = reflector::store();
+        let caches = Caches::new(self.connection.cluster.clone(), namespace_cache);
+        let mut names = vec![
+            self.facts(services, None),
+            self.facts(service_exports, Some(caches.local_exports.clone())),
+            self.facts(endpoint_slices, None),
+            self.facts(broker_records, Some(caches.broker_records.clone())),
+            self.facts(broker_slices, Some(caches.broker_slices.clone())),
+        ];
         self.written::<ServiceImport>(
             Api::all(local.clone()),
             records::MANAGED_SELECTOR,
@@ -250,35 +200,27 @@ impl Controller {
             caches.local_imports.clone(),
         );
         self.written::<EndpointSlice>(
-            Api::all(local.clone()),
+            Api::all(local),
             records::MANAGED_SLICES_SELECTOR,
             "written/endpointslices",
             caches.local_slices.clone(),
         );
-        self.watch_namespaces(Api::all(local), writer);
-        caches
+        names.push(self.watch_namespaces(namespaces, writer));
+        (caches, names.into_iter().collect())
     }
 
-    /// A watch whose objects are facts; objects `seen` keeps queue their service.
-    fn facts<K>(
-        &mut self,
-        api: Api<K>,
-        config: watcher::Config,
-        resource: &'static str,
-        seen: Option<Arc<dyn Follow<K>>>,
-        read: Reader<K>,
-    ) where
+    /// A watch whose objects are facts; objects `seen` keeps queue their
+    /// service. Returns the source's name.
+    fn facts<K>(&mut self, source: FactSource<K>, seen: Option<Arc<dyn Follow<K>>>) -> &'static str
+    where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let mut facts = Facts::new(read);
-        let batches = self.batches.clone();
         let queue = self.queue.clone();
-        self.spawn_watch(api, config, resource, move |event| {
-            if let Some(key) = seen.as_ref().and_then(|s| s.on_event(&event)) {
+        self.watches.facts(&mut self.tasks, source, move |event| {
+            if let Some(key) = seen.as_ref().and_then(|s| s.on_event(event)) {
                 queue.add(key);
             }
-            forward(&batches, resource, facts.on_event(event));
-        });
+        })
     }
 
     /// A watch of the objects this controller writes, selected by `selector`:
@@ -294,106 +236,35 @@ impl Controller {
     {
         let queue = self.queue.clone();
         let config = watcher::Config::default().labels(selector);
-        self.spawn_watch(api, config, resource, move |event| {
-            if let Some(key) = seen.on_event(&event) {
-                queue.add(key);
-            }
-        });
+        let tasks = &mut self.tasks;
+        self.watches
+            .spawn(tasks, api, config, resource, move |event| {
+                if let Some(key) = seen.on_event(&event) {
+                    queue.add(key);
+                }
+            });
     }
 
     /// Namespaces, cached: facts for the engine (a namespace being deleted
     /// counts as gone), and a namespace appearing queues its services.
+    /// Returns the source's name.
     fn watch_namespaces(
         &mut self,
-        api: Api<Namespace>,
+        source: FactSource<Namespace>,
         mut cache: reflector::store::Writer<Namespace>,
-    ) {
+    ) -> &'static str {
         let queue = self.queue.clone();
         let state = self.state.clone();
-        let batches = self.batches.clone();
-        let mut facts = Facts::new(Box::new(|ns: &Namespace| {
-            let present = ns.metadata.deletion_timestamp.is_none();
-            Ok(present
-                .then(|| Change::Namespace(ns.name_any().into(), true))
-                .into_iter()
-                .collect())
-        }));
-        self.spawn_watch(
-            api,
-            watcher::Config::default(),
-            "namespaces",
-            move |event| {
-                cache.apply_watcher_event(&event);
-                if let Event::Apply(ns) = &event {
-                    let name = ns.name_any();
-                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
-                    for key in state.engine().keys().filter(|k| *k.namespace == *name) {
-                        queue.add(key.clone());
-                    }
-                }
-                forward(&batches, "namespaces", facts.on_event(event));
-            },
-        );
-    }
-
-    fn spawn_watch<K>(
-        &mut self,
-        api: Api<K>,
-        config: watcher::Config,
-        resource: &'static str,
-        mut on_event: impl FnMut(Event<K>) + Send + 'static,
-    ) where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    {
-        let metrics = self.metrics.clone();
-        // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
-        let source = match resource.strip_prefix("broker/") {
-            Some(_) => resource.to_owned(),
-            None => format!("{}/{resource}", self.connection.cluster),
-        };
-        self.tasks.spawn(async move {
-            let probe = api.clone();
-            let mut events = watcher::watcher(api, config).default_backoff().boxed();
-            // In sync: listed once, and no failure since (or the API server
-            // answered again); a quiet healthy watch delivers nothing to tell.
-            let (mut listed, mut healthy) = (false, false);
-            let mut heartbeat = tokio::time::interval(HEARTBEAT);
-            loop {
-                let event = tokio::select! {
-                    event = events.next() => event,
-                    _ = heartbeat.tick() => {
-                        if listed && !healthy {
-                            healthy = probe.list(&ListParams::default().limit(1)).await.is_ok();
-                        }
-                        if listed && healthy {
-                            metrics.mark_synced(&source);
-                        }
-                        continue;
-                    }
-                };
-                match event {
-                    Some(Ok(event)) => {
-                        tracing::trace!(%source, event = event_name(&event), "watch event");
-                        match event {
-                            Event::Init if listed => metrics.watch_restarted(&source, resource),
-                            Event::InitDone => listed = true,
-                            _ => {}
-                        }
-                        healthy = true;
-                        if listed {
-                            metrics.mark_synced(&source);
-                        }
-                        on_event(event);
-                    }
-                    Some(Err(error)) => {
-                        healthy = false;
-                        metrics.watch_failed(&source, resource);
-                        warn!(%source, error = %error, "watch failed; retrying");
-                    }
-                    None => break,
+        self.watches.facts(&mut self.tasks, source, move |event| {
+            cache.apply_watcher_event(event);
+            if let Event::Apply(ns) = event {
+                let name = ns.name_any();
+                let state = state.lock().unwrap_or_else(|e| e.into_inner());
+                for key in state.engine().keys().filter(|k| *k.namespace == *name) {
+                    queue.add(key.clone());
                 }
             }
-        });
+        })
     }
 
     /// Renews this cluster's heartbeat while this replica leads, and judges
@@ -422,7 +293,8 @@ impl Controller {
 
         let liveness = Arc::new(Mutex::new(Liveness::new(cluster, timeout)));
         let seen = liveness.clone();
-        self.spawn_watch(
+        self.watches.spawn(
+            &mut self.tasks,
             Api::<Lease>::namespaced(broker, &namespace),
             watcher::Config::default().labels(heartbeat::SELECTOR),
             "broker/leases",
@@ -431,7 +303,7 @@ impl Controller {
                 seen.on_event(&event, tokio::time::Instant::now());
             },
         );
-        let (batches, metrics) = (self.batches.clone(), self.metrics.clone());
+        let (batches, metrics) = (self.watches.batches().clone(), self.metrics.clone());
         self.tasks.spawn(async move {
             let mut tick = tokio::time::interval((timeout / 4).min(Duration::from_secs(1)));
             loop {
@@ -449,12 +321,7 @@ impl Controller {
                         info!(%cluster, live, "cluster heartbeat verdict changed");
                     }
                 }
-                let batch = Batch {
-                    resource: "broker/leases",
-                    changes,
-                    synced: false,
-                };
-                if !batch.changes.is_empty() && batches.send(batch).is_err() {
+                if !batches.send("broker/leases", changes) {
                     return;
                 }
             }
@@ -482,34 +349,20 @@ impl Controller {
             self.state.clone(),
             self.metrics.clone(),
         ));
-        let failures: Arc<Mutex<HashMap<ServiceKey, u32>>> = Arc::default();
+        let failures: Arc<Failures> = Arc::default();
         for _ in 0..WORKERS {
             let (writer, queue, failures) = (writer.clone(), self.queue.clone(), failures.clone());
             let (mut synced, mut leading) = (synced.clone(), leading.clone());
             self.tasks.spawn(async move {
-                loop {
-                    if synced.wait_for(|s| *s).await.is_err() || leading.wait_for(|l| *l).await.is_err() {
-                        return;
-                    }
+                while synced.wait_for(|s| *s).await.is_ok()
+                    && leading.wait_for(|l| *l).await.is_ok()
+                {
                     let key = queue.next().await;
                     let result = writer.sync(&key).await;
                     queue.done(&key);
-                    let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
                     match result {
-                        Ok(()) => {
-                            failures.remove(&key);
-                        }
-                        Err(error) => {
-                            let n = failures.entry(key.clone()).or_default();
-                            *n += 1;
-                            let delay = (Duration::from_millis(20) * 2u32.pow((*n).min(10))).min(MAX_BACKOFF);
-                            warn!(service = %key, error = %error, retry_in = ?delay, "cannot write; will retry");
-                            let queue = queue.clone();
-                            tokio::spawn(async move {
-                                tokio::time::sleep(delay).await;
-                                queue.add(key);
-                            });
-                        }
+                        Ok(()) => failures.succeeded(&key),
+                        Err(error) => failures.retry_later(&queue, key, &error),
                     }
                 }
             });
@@ -569,23 +422,35 @@ impl Controller {
     }
 }
 
-/// Sends what one event of a watch meant to the engine loop, if anything.
-fn forward(batches: &mpsc::UnboundedSender<Batch>, resource: &'static str, delta: facts::Delta) {
-    if !delta.changes.is_empty() || delta.synced {
-        let _ = batches.send(Batch {
-            resource,
-            changes: delta.changes,
-            synced: delta.synced,
+/// Failed writes in a row, per service, for the writers' backoff.
+#[derive(Default)]
+struct Failures(Mutex<HashMap<ServiceKey, u32>>);
+
+impl Failures {
+    /// `key` was written: its next failure waits the shortest time again.
+    fn succeeded(&self, key: &ServiceKey) {
+        self.lock().remove(key);
+    }
+
+    /// Queues `key` again after a wait that doubles with each failure in a
+    /// row, up to [`MAX_BACKOFF`].
+    fn retry_later(&self, queue: &Arc<WorkQueue>, key: ServiceKey, error: &WriteError) {
+        let failed = {
+            let mut failures = self.lock();
+            let n = failures.entry(key.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let delay = (Duration::from_millis(20) * 2u32.pow(failed.min(10))).min(MAX_BACKOFF);
+        warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            queue.add(key);
         });
     }
-}
 
-fn event_name<K>(event: &Event<K>) -> &'static str {
-    match event {
-        Event::Apply(_) => "apply",
-        Event::Delete(_) => "delete",
-        Event::Init => "init",
-        Event::InitApply(_) => "init-apply",
-        Event::InitDone => "init-done",
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

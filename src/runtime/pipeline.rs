@@ -1,25 +1,32 @@
 //! The apply loop: what every batch of changes from a source goes through.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tracing::warn;
 
-use crate::cli::ClustersetArgs;
-use crate::engine::{Engine, EngineReader, Note};
+use crate::engine::{Engine, EngineReader, EngineSettings, Note};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
 use crate::ops::metrics::Metrics;
 use crate::runtime::vip_state;
-use crate::sources::manifests::ManifestSource;
 
-/// Where reconciled results go while serving.
-pub struct Outputs {
-    /// The DNS view.
+/// What the apply loop is built from: one of the two halves of the
+/// assembly (`runtime/assembly.rs`), the same for every command.
+pub struct PipelineSettings {
+    /// The engine's settings, as the mode sets them.
+    pub engine: EngineSettings,
+    /// The DNS view the engine's imports go to.
     pub index: Arc<Index>,
+    /// Embedded mode: the file VIP allocations are restored from and, when
+    /// serving, saved to (Kubernetes mode: none, VIPs come from the broker).
+    pub state_file: Option<PathBuf>,
+}
+
+/// What only a serving pipeline keeps current.
+pub struct Serving {
     /// Metrics to keep current.
     pub metrics: Arc<Metrics>,
     /// Where the reconciler is published for `/debug/explain`.
@@ -30,48 +37,41 @@ pub struct Outputs {
 /// the index (one service at a time), and the VIP state file is kept current.
 pub struct Pipeline {
     engine: Engine,
-    outputs: Option<Outputs>,
+    index: Arc<Index>,
+    serving: Option<Serving>,
     state_file: Option<PathBuf>,
 }
 
 impl Pipeline {
-    /// An engine set up from `args`, with the VIPs saved in the state file
-    /// restored. With `outputs` (serving), results reach the index and the
-    /// metrics and VIP allocations are saved; without (status), nothing is written.
-    pub fn new(args: &ClustersetArgs, outputs: Option<Outputs>) -> anyhow::Result<Self> {
-        let mut engine = Engine::new(args.engine_settings());
-        let path = args.state_file();
-        let skipped = engine.vips_mut().restore(vip_state::load(&path)?);
-        for (key, ip) in skipped {
-            warn!(service = %key, %ip, file = %path.display(), "saved VIP is outside the pools or taken twice; dropped");
+    /// An engine set up from `settings`, with the VIPs saved in the state
+    /// file (if any) restored. With `serving`, metrics are kept and VIP
+    /// allocations saved; without (`status`, `explain`, `check`), the index
+    /// is fed but nothing is written.
+    pub fn new(settings: PipelineSettings, serving: Option<Serving>) -> anyhow::Result<Self> {
+        let mut engine = Engine::new(settings.engine);
+        if let Some(path) = &settings.state_file {
+            let skipped = engine.vips_mut().restore(vip_state::load(path)?);
+            for (key, ip) in skipped {
+                warn!(service = %key, %ip, file = %path.display(), "saved VIP is outside the pools or taken twice; dropped");
+            }
         }
         Ok(Self {
             engine,
-            state_file: outputs.as_ref().map(|_| path),
-            outputs,
+            index: settings.index,
+            state_file: settings.state_file.filter(|_| serving.is_some()),
+            serving,
         })
-    }
-
-    /// A reconciler for Kubernetes mode: VIPs come from the broker, nothing is saved locally.
-    pub fn in_cluster(settings: crate::engine::EngineSettings, outputs: Outputs) -> Self {
-        Self {
-            engine: Engine::new(settings),
-            outputs: Some(outputs),
-            state_file: None,
-        }
     }
 
     /// Applies one batch of changes (a completed sync of the source).
     pub fn apply(&mut self, changes: Vec<Change>) {
         let started = Instant::now();
         let updates = self.engine.apply(changes);
-        if let Some(out) = &self.outputs {
-            for (key, import) in &updates {
-                out.index.update(key, import.clone());
-            }
-            if !updates.is_empty() {
-                out.index.commit();
-            }
+        for (key, import) in &updates {
+            self.index.update(key, import.clone());
+        }
+        if !updates.is_empty() {
+            self.index.commit();
         }
         let saved = self.persist();
         let mut complete = saved;
@@ -79,8 +79,9 @@ impl Pipeline {
             complete &= !matches!(note, Note::PoolExhausted { .. });
             warn!("{note}");
         }
-        if let Some(out) = &self.outputs {
-            out.metrics
+        if let Some(serving) = &self.serving {
+            serving
+                .metrics
                 .reconciled(&self.engine, started.elapsed(), complete);
         }
     }
@@ -91,16 +92,14 @@ impl Pipeline {
         self.apply(changes);
         self.engine.release_unclaimed_vips();
         self.persist();
-        if let Some(out) = &self.outputs {
-            out.index.commit();
-            out.index.set_synced();
-        }
+        self.index.commit();
+        self.index.set_synced();
     }
 
     /// Shares the reconciler between the source's task and the writers,
     /// and publishes it for `/debug/explain`.
     pub fn shared(self) -> Arc<Mutex<Self>> {
-        let published = self.outputs.as_ref().map(|o| o.published.clone());
+        let published = self.serving.as_ref().map(|s| s.published.clone());
         let shared = Arc::new(Mutex::new(self));
         if let Some(published) = published {
             let reader: Arc<dyn EngineReader> = shared.clone();
@@ -112,6 +111,11 @@ impl Pipeline {
     /// The engine, for reading results.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The index the engine feeds.
+    pub fn index(&self) -> &Arc<Index> {
+        &self.index
     }
 
     /// Saves VIP allocations if they changed; false if that failed.
@@ -139,19 +143,4 @@ impl EngineReader for Mutex<Pipeline> {
     fn read(&self, read: &mut dyn FnMut(&Engine)) {
         read(self.lock().unwrap_or_else(|e| e.into_inner()).engine());
     }
-}
-
-/// The manifest directory reconciled once by a pipeline that writes nothing
-/// (`status`, `check`, `explain`), with the source that read it.
-pub fn load_manifests(clusterset: &ClustersetArgs) -> anyhow::Result<(Pipeline, ManifestSource)> {
-    let manifests = &clusterset.manifests;
-    anyhow::ensure!(
-        manifests.is_dir(),
-        "manifest directory {} does not exist (see --manifests)",
-        manifests.display()
-    );
-    let mut pipeline = Pipeline::new(clusterset, None)?;
-    let mut source = ManifestSource::new(manifests);
-    pipeline.apply_initial(source.rescan(&HashSet::new()));
-    Ok((pipeline, source))
 }

@@ -1,8 +1,9 @@
-//! `serve`: wires the manifest source, the engine, the index, the DNS server
-//! and the operations listener.
+//! `serve`: the assembly (`runtime/assembly.rs`) followed, and the DNS
+//! server, the DNS over TLS listener, NOTIFY and the operations listener
+//! around it.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,16 +14,17 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
-use crate::dns::{DnsServer, TcpLimits, TlsListener, TransferPolicy, notify};
+use crate::cli::ServeArgs;
+use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
 use crate::ops::build_info;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
+use crate::runtime::assembly::{self, Assembly, Source};
 use crate::runtime::kubernetes;
-use crate::runtime::pipeline::{Outputs, Pipeline};
+use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};
 use crate::sources::manifests::ManifestSource;
 use crate::sources::watch::spawn_watcher;
 
@@ -74,35 +76,13 @@ impl Running {
 /// manifest directory (or connects to the Kubernetes API servers) in the
 /// background and keeps following it (SERVFAIL until the first sync is done).
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
-    let manifests = &args.clusterset.manifests;
-    let connection = match args.kubernetes.source {
-        SourceKind::Manifests => {
-            anyhow::ensure!(
-                manifests.is_dir(),
-                "manifest directory {} does not exist (see --manifests)",
-                manifests.display()
-            );
-            None
-        }
-        SourceKind::Kubernetes => {
-            Some(crate::sources::kubernetes::client::connect(&args.kubernetes).await?)
-        }
-    };
-    let nameservers = nameserver_addresses(&args);
-    let index = Arc::new(
-        Index::new(
-            args.zone.clone(),
-            args.ttl,
-            args.cluster_targeting,
-            crate::index::serial::now(),
-        )
-        .with_nameserver_addresses(nameservers.clone())
-        .with_reverse_zones(args.reverse_zones()),
-    );
+    let Assembly { pipeline, source } = assembly::assemble(&args).await?;
+    let index = pipeline.index.clone();
+    let nameservers = assembly::nameserver_addresses(&args);
     let metrics = Arc::new(Metrics::new());
-    let tls = TlsListener::bind(&args.tls).await?;
+    let tls = TlsListener::bind(&assembly::tls_settings(&args.tls)).await?;
     let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
-    let limits = tcp_limits(&args.tcp);
+    let limits = assembly::tcp_limits(&args.tcp);
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
@@ -129,24 +109,25 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let shutdown = dns.shutdown_token();
     let tls =
         tls.map(|tls| tls.serve(index.clone(), metrics.dns.clone(), limits, shutdown.clone()));
-    let outputs = Outputs {
-        index: index.clone(),
-        metrics,
-        published,
-    };
     let notifier = notify::run(
         index.clone(),
         args.notify.clone(),
-        outputs.metrics.dns.clone(),
+        metrics.dns.clone(),
         shutdown.clone(),
     );
-    let mut reconcile: Task = match connection {
-        None => Box::pin(follow_manifests(args.clusterset, outputs, shutdown.clone())),
-        Some(connection) => Box::pin(kubernetes::follow(
-            connection,
+    let serving = Serving { metrics, published };
+    let mut reconcile: Task = match source {
+        Source::Manifests(manifests) => Box::pin(follow_manifests(
+            pipeline,
+            manifests,
+            serving,
+            shutdown.clone(),
+        )),
+        Source::Kubernetes(source) => Box::pin(kubernetes::follow(
+            pipeline,
+            source,
             args.kubernetes,
-            args.clusterset,
-            outputs,
+            serving,
             shutdown.clone(),
         )),
     };
@@ -185,28 +166,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     })
 }
 
-/// The addresses `ns.dns.<zone>` answers: `--nameserver-address`, else the
-/// `--listen` address unless it is a wildcard (then none: NODATA).
-fn nameserver_addresses(args: &ServeArgs) -> Vec<IpAddr> {
-    let mut addresses = args.nameserver_address.clone();
-    if addresses.is_empty() && !args.listen.ip().is_unspecified() {
-        addresses.push(args.listen.ip());
-    }
-    let mut seen = HashSet::new();
-    addresses.retain(|ip| seen.insert(*ip));
-    addresses
-}
-
-fn tcp_limits(args: &TcpArgs) -> TcpLimits {
-    TcpLimits {
-        max_connections: args.tcp_max_connections,
-        max_per_client: args.tcp_max_connections_per_client,
-        idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
-        write_timeout: Duration::from_secs(args.tcp_write_timeout),
-        ..TcpLimits::default()
-    }
-}
-
 /// Binds the operations listener. A failure is fatal, as for DNS: without
 /// `/healthz` and `/readyz` the kubelet's probes would kill the server later,
 /// for a reason its log no longer shows.
@@ -228,17 +187,17 @@ type Task = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
 /// Loads the manifest directory, then applies every rescan the watcher
 /// reports until `shutdown`.
 async fn follow_manifests(
-    clusterset: ClustersetArgs,
-    outputs: Outputs,
+    pipeline: PipelineSettings,
+    mut source: ManifestSource,
+    serving: Serving,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let metrics = outputs.metrics.clone();
+    let metrics = serving.metrics.clone();
     let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
     let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let index = outputs.index.clone();
+        let index = pipeline.index.clone();
         // Shared (and published for /debug/explain) before the index answers.
-        let reconciler = Pipeline::new(&clusterset, Some(outputs))?.shared();
-        let mut source = ManifestSource::new(&clusterset.manifests);
+        let reconciler = Pipeline::new(pipeline, Some(serving))?.shared();
         let initial = source.rescan(&HashSet::new());
         reconciler
             .lock()

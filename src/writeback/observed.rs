@@ -31,16 +31,18 @@ impl<T: PartialEq> Observed<T> {
     pub fn unchanged_for(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.since)
     }
-
-    /// The record.
-    pub fn record(&self) -> &T {
-        &self.record
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl<T> Observed<T> {
+        /// The record.
+        fn record(&self) -> &T {
+            &self.record
+        }
+    }
 
     #[test]
     fn only_a_change_restarts_the_clock() {

@@ -103,16 +103,6 @@ impl WorkQueue {
         }
     }
 
-    /// Keys queued and not yet taken.
-    pub fn len(&self) -> usize {
-        self.lock().queued.len()
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -121,6 +111,18 @@ impl WorkQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl WorkQueue {
+        /// Keys queued and not yet taken.
+        fn len(&self) -> usize {
+            self.lock().queued.len()
+        }
+
+        /// Whether nothing is queued.
+        fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    }
 
     #[tokio::test]
     async fn keys_are_queued_once_and_never_run_twice_at_once() {

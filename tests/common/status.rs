@@ -16,7 +16,20 @@ pub fn status_json(dir: &Path, extra: &[&str]) -> Value {
     let Command::Status(args) = parse_cli(&words) else {
         panic!("status arguments expected")
     };
-    let text = status::render(&args).expect("status renders");
+    // Its own thread and runtime: callers may be inside a runtime already.
+    let text = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(status::render(&args))
+            })
+            .join()
+            .expect("status does not panic")
+    })
+    .expect("status renders");
     serde_json::from_str(&text).expect("status -o json is JSON")
 }
 

@@ -1,15 +1,32 @@
 //! Connecting to the API servers of Kubernetes mode: the local cluster, the
 //! broker, and this cluster's id (the `cluster.clusterset.k8s.io` ClusterProperty).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
-use crate::cli::KubernetesArgs;
 use crate::model::ClusterId;
+
+/// Where the API servers of Kubernetes mode are and who this cluster is
+/// (`--kubeconfig`, `--context`, `--broker-kubeconfig`, `--broker-context`,
+/// `--cluster-id`).
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionSettings {
+    /// Kubeconfig of the local cluster; None: in-cluster config, else
+    /// `$KUBECONFIG` or `~/.kube/config`.
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the local kubeconfig; None: its current context.
+    pub context: Option<String>,
+    /// Kubeconfig of the broker; None: the local cluster is the broker.
+    pub broker_kubeconfig: Option<PathBuf>,
+    /// Context of the broker's kubeconfig.
+    pub broker_context: Option<String>,
+    /// This cluster's id; None: the `cluster.clusterset.k8s.io` ClusterProperty.
+    pub cluster_id: Option<String>,
+}
 
 /// The API servers of Kubernetes mode, connected.
 pub struct Connection {
@@ -22,7 +39,7 @@ pub struct Connection {
 }
 
 /// Connects to the local cluster and the broker and finds this cluster's id.
-pub async fn connect(args: &KubernetesArgs) -> anyhow::Result<Connection> {
+pub async fn connect(args: &ConnectionSettings) -> anyhow::Result<Connection> {
     let local = client(args.kubeconfig.as_deref(), args.context.as_deref())
         .await
         .context("cannot reach the local cluster")?;

@@ -1,6 +1,8 @@
 //! The Kubernetes-mode source: the connection to the local cluster and the
-//! broker, and what each watched object means to the engine.
+//! broker, what each watched object means to the engine, and the watches
+//! themselves with the batches they send the apply loop.
 
 pub mod client;
 pub mod facts;
 pub mod readers;
+pub mod watch;

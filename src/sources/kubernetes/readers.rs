@@ -1,19 +1,110 @@
-//! What each watched kind means to the engine: the readers of the fact
-//! watches, shared by the controller (`super::follow`) and the read-only
-//! snapshot of `status` and `explain` (`super::snapshot`).
+//! What each watched kind means to the engine: the fact sources of
+//! Kubernetes mode (which objects, and the reader of each), the same for the
+//! controller's watches and for the read-only snapshot of `status` and
+//! `explain` (ARCHITECTURE.md, "The flow").
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::ResourceExt;
+use kube::{Api, ResourceExt};
 
+use super::client::Connection;
 use super::facts::Reader;
 use crate::k8s::convert;
+use crate::k8s::crd::LABEL_SERVICE_NAME;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::k8s::records::source_cluster;
 use crate::k8s::records::{self, Role};
 use crate::model::{Change, ClusterId, ExportAge, Object};
+
+/// One kind whose objects are facts for the engine: where they are, which
+/// of them count, and what each means.
+pub struct FactSource<K> {
+    /// Its name in logs and metrics (`services`, `broker/serviceimports`).
+    pub resource: &'static str,
+    /// Where its objects are.
+    pub api: Api<K>,
+    /// The label selector of the objects that count; None: all.
+    pub labels: Option<&'static str>,
+    /// What one object means.
+    pub read: Reader<K>,
+}
+
+/// Every kind whose objects are facts for the engine. Whoever reads them
+/// (the watches of `serve`, the snapshot's lists) takes this apart field by
+/// field, so no reader can leave one out.
+pub struct FactSources {
+    /// The local cluster's namespaces (KEP-1645 "Namespace sameness").
+    pub namespaces: FactSource<Namespace>,
+    /// The local cluster's Services.
+    pub services: FactSource<Service>,
+    /// The local cluster's ServiceExports.
+    pub service_exports: FactSource<ServiceExport>,
+    /// The local cluster's EndpointSlices of services.
+    pub endpoint_slices: FactSource<EndpointSlice>,
+    /// The broker's export and VIP records.
+    pub broker_records: FactSource<ServiceImport>,
+    /// The broker's EndpointSlices of every cluster.
+    pub broker_slices: FactSource<EndpointSlice>,
+}
+
+impl FactSources {
+    /// The fact sources of `connection`, the broker's shared state in `broker_namespace`.
+    pub fn new(connection: &Connection, broker_namespace: &str) -> Self {
+        let (local, broker) = (&connection.local, &connection.broker);
+        let me = &connection.cluster;
+        Self {
+            namespaces: FactSource {
+                resource: "namespaces",
+                api: Api::all(local.clone()),
+                labels: None,
+                read: namespaces(),
+            },
+            services: FactSource {
+                resource: "services",
+                api: Api::all(local.clone()),
+                labels: None,
+                read: services(me.clone()),
+            },
+            service_exports: FactSource {
+                resource: "serviceexports",
+                api: Api::all(local.clone()),
+                labels: None,
+                read: service_exports(me.clone()),
+            },
+            endpoint_slices: FactSource {
+                resource: "endpointslices",
+                api: Api::all(local.clone()),
+                labels: Some(LABEL_SERVICE_NAME),
+                read: endpoint_slices(me.clone()),
+            },
+            broker_records: FactSource {
+                resource: "broker/serviceimports",
+                api: Api::namespaced(broker.clone(), broker_namespace),
+                labels: None,
+                read: broker_records(me.clone()),
+            },
+            broker_slices: FactSource {
+                resource: "broker/endpointslices",
+                api: Api::namespaced(broker.clone(), broker_namespace),
+                labels: None,
+                read: broker_slices(me.clone()),
+            },
+        }
+    }
+}
+
+/// The local cluster's namespaces: one present unless it is being deleted.
+pub fn namespaces() -> Reader<Namespace> {
+    Box::new(|ns| {
+        let present = ns.metadata.deletion_timestamp.is_none();
+        Ok(present
+            .then(|| Change::Namespace(ns.name_any().into(), true))
+            .into_iter()
+            .collect())
+    })
+}
 
 /// The local cluster's Services.
 pub fn services(me: ClusterId) -> Reader<Service> {

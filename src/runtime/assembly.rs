@@ -1,0 +1,152 @@
+//! One assembly for every command (ARCHITECTURE.md, "The flow"): the flags
+//! turned into the index, the engine and the source, the same for `serve`,
+//! `explain`, `status` and `check`. A command differs only in what it does
+//! with them: `serve` follows the source and answers from the index, the
+//! others read the source once (`commands/snapshot.rs`).
+//!
+//! Flags stop here (ARCHITECTURE.md, "Folders and what each may use"): the
+//! layers below take settings types of their own, which the functions at
+//! the end of this file make from the flags.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cli::{KubernetesArgs, ServeArgs, SourceKind, TcpArgs, TlsArgs};
+use crate::dns::{TcpLimits, TlsSettings};
+use crate::engine::{EngineSettings, VipSource};
+use crate::index::{Index, serial};
+use crate::runtime::pipeline::PipelineSettings;
+use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
+use crate::sources::kubernetes::readers::FactSources;
+use crate::sources::manifests::ManifestSource;
+
+/// The parts every command is built from.
+pub struct Assembly {
+    /// The engine and the index it feeds.
+    pub pipeline: PipelineSettings,
+    /// Where the facts come from.
+    pub source: Source,
+}
+
+/// Where the facts come from, not read yet.
+// One per command, moved once into what reads it: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Source {
+    /// Embedded mode: the manifest directory.
+    Manifests(ManifestSource),
+    /// Kubernetes mode: the local cluster and the broker.
+    Kubernetes(Kubernetes),
+}
+
+/// The source of Kubernetes mode.
+pub struct Kubernetes {
+    /// The API servers, connected.
+    pub connection: Connection,
+    /// The broker's namespace of the clusterset's shared state.
+    pub broker_namespace: String,
+    /// The kinds whose objects are facts for the engine.
+    pub facts: FactSources,
+}
+
+/// Checks that the source `args` name is there (the manifest directory, or
+/// the API servers, connected) and builds the index and the engine's
+/// settings as `serve` serves them: the name server's addresses and the
+/// reverse zones in the index; in Kubernetes mode VIPs from the broker and
+/// imports only in the local cluster's namespaces (KEP-1645 "Namespace
+/// sameness").
+pub async fn assemble(args: &ServeArgs) -> anyhow::Result<Assembly> {
+    let clusterset = &args.clusterset;
+    let (engine, state_file, source) = match args.kubernetes.source {
+        SourceKind::Manifests => {
+            let manifests = &clusterset.manifests;
+            anyhow::ensure!(
+                manifests.is_dir(),
+                "manifest directory {} does not exist (see --manifests)",
+                manifests.display()
+            );
+            (
+                clusterset.engine_settings(),
+                Some(clusterset.state_file()),
+                Source::Manifests(ManifestSource::new(manifests)),
+            )
+        }
+        SourceKind::Kubernetes => {
+            let connection = client::connect(&connection_settings(&args.kubernetes)).await?;
+            let engine = EngineSettings {
+                vip_source: VipSource::Assigned,
+                local_cluster: Some(connection.cluster.clone()),
+                namespaces_known: true,
+                ..clusterset.engine_settings()
+            };
+            let broker_namespace = args.kubernetes.broker_namespace.clone();
+            let facts = FactSources::new(&connection, &broker_namespace);
+            let source = Kubernetes {
+                connection,
+                broker_namespace,
+                facts,
+            };
+            (engine, None, Source::Kubernetes(source))
+        }
+    };
+    let index = Index::new(
+        args.zone.clone(),
+        args.ttl,
+        args.cluster_targeting,
+        serial::now(),
+    )
+    .with_nameserver_addresses(nameserver_addresses(args))
+    .with_reverse_zones(args.reverse_zones());
+    Ok(Assembly {
+        pipeline: PipelineSettings {
+            engine,
+            index: Arc::new(index),
+            state_file,
+        },
+        source,
+    })
+}
+
+/// The addresses `ns.dns.<zone>` answers: `--nameserver-address`, else the
+/// `--listen` address unless it is a wildcard (then none: NODATA).
+pub fn nameserver_addresses(args: &ServeArgs) -> Vec<IpAddr> {
+    let mut addresses = args.nameserver_address.clone();
+    if addresses.is_empty() && !args.listen.ip().is_unspecified() {
+        addresses.push(args.listen.ip());
+    }
+    let mut seen = HashSet::new();
+    addresses.retain(|ip| seen.insert(*ip));
+    addresses
+}
+
+/// Where `--source kubernetes` connects.
+pub fn connection_settings(args: &KubernetesArgs) -> ConnectionSettings {
+    ConnectionSettings {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        broker_kubeconfig: args.broker_kubeconfig.clone(),
+        broker_context: args.broker_context.clone(),
+        cluster_id: args.cluster_id.clone(),
+    }
+}
+
+/// DNS over TLS as the flags set it.
+pub fn tls_settings(args: &TlsArgs) -> TlsSettings {
+    TlsSettings {
+        listen: args.tls_listen,
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+    }
+}
+
+/// The limits of DNS over TCP (and TLS) as the flags set them.
+pub fn tcp_limits(args: &TcpArgs) -> TcpLimits {
+    TcpLimits {
+        max_connections: args.tcp_max_connections,
+        max_per_client: args.tcp_max_connections_per_client,
+        idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
+        write_timeout: Duration::from_secs(args.tcp_write_timeout),
+        ..TcpLimits::default()
+    }
+}

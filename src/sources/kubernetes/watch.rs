@@ -1,0 +1,243 @@
+//! Running the watches of Kubernetes mode: one kube-rs watcher per kind,
+//! whose health (in sync, restarted, failed) goes to the metrics, and the
+//! fact sources' events reduced to changes and batched for the one apply
+//! loop (ARCHITECTURE.md, "The flow").
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::api::ListParams;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::warn;
+
+use super::facts::{Delta, Facts};
+use super::readers::FactSource;
+use crate::model::{Change, ClusterId};
+use crate::ops::metrics::Metrics;
+
+/// A healthy watch counts as in sync this often, even when nothing changes.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// Where the watches of one process run and report.
+pub struct Watches {
+    /// The cluster this process runs in (names its watches' metrics).
+    cluster: ClusterId,
+    metrics: Arc<Metrics>,
+    batches: BatchSender,
+}
+
+impl Watches {
+    /// Watches of `cluster`, reporting to `metrics` and sending their
+    /// changes to `batches`.
+    pub fn new(cluster: ClusterId, metrics: Arc<Metrics>, batches: BatchSender) -> Self {
+        Self {
+            cluster,
+            metrics,
+            batches,
+        }
+    }
+
+    /// Where changes go besides the fact sources' (the clusters' liveness).
+    pub fn batches(&self) -> &BatchSender {
+        &self.batches
+    }
+
+    /// Watches a fact source in `tasks`: `also` sees each event first, then
+    /// its facts go to the apply loop. Returns the source's name.
+    pub fn facts<K>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        source: FactSource<K>,
+        mut also: impl FnMut(&Event<K>) + Send + 'static,
+    ) -> &'static str
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let FactSource {
+            resource,
+            api,
+            labels,
+            read,
+        } = source;
+        let mut facts = Facts::new(read);
+        let batches = self.batches.clone();
+        let mut config = watcher::Config::default();
+        if let Some(labels) = labels {
+            config = config.labels(labels);
+        }
+        self.spawn(tasks, api, config, resource, move |event| {
+            also(&event);
+            batches.forward(resource, facts.on_event(event));
+        });
+        resource
+    }
+
+    /// Watches `api` (the objects `config` selects) in `tasks`, calling
+    /// `on_event` with each event; `resource` names it in logs and metrics.
+    pub fn spawn<K>(
+        &self,
+        tasks: &mut JoinSet<()>,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &'static str,
+        mut on_event: impl FnMut(Event<K>) + Send + 'static,
+    ) where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let metrics = self.metrics.clone();
+        // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
+        let source = match resource.strip_prefix("broker/") {
+            Some(_) => resource.to_owned(),
+            None => format!("{}/{resource}", self.cluster),
+        };
+        tasks.spawn(async move {
+            let probe = api.clone();
+            let mut events = watcher::watcher(api, config).default_backoff().boxed();
+            // In sync: listed once, and no failure since (or the API server
+            // answered again); a quiet healthy watch delivers nothing to tell.
+            let (mut listed, mut healthy) = (false, false);
+            let mut heartbeat = tokio::time::interval(HEARTBEAT);
+            loop {
+                let event = tokio::select! {
+                    event = events.next() => event,
+                    _ = heartbeat.tick() => {
+                        if listed && !healthy {
+                            healthy = probe.list(&ListParams::default().limit(1)).await.is_ok();
+                        }
+                        if listed && healthy {
+                            metrics.mark_synced(&source);
+                        }
+                        continue;
+                    }
+                };
+                match event {
+                    Some(Ok(event)) => {
+                        tracing::trace!(%source, event = event_name(&event), "watch event");
+                        match event {
+                            Event::Init if listed => metrics.watch_restarted(&source, resource),
+                            Event::InitDone => listed = true,
+                            _ => {}
+                        }
+                        healthy = true;
+                        if listed {
+                            metrics.mark_synced(&source);
+                        }
+                        on_event(event);
+                    }
+                    Some(Err(error)) => {
+                        healthy = false;
+                        metrics.watch_failed(&source, resource);
+                        warn!(%source, error = %error, "watch failed; retrying");
+                    }
+                    None => break,
+                }
+            }
+        });
+    }
+}
+
+fn event_name<K>(event: &Event<K>) -> &'static str {
+    match event {
+        Event::Apply(_) => "apply",
+        Event::Delete(_) => "delete",
+        Event::Init => "init",
+        Event::InitApply(_) => "init-apply",
+        Event::InitDone => "init-done",
+    }
+}
+
+/// Events of one watch, reduced to changes.
+struct Batch {
+    resource: &'static str,
+    changes: Vec<Change>,
+    synced: bool,
+}
+
+/// Where the watches send their changes.
+#[derive(Clone)]
+pub struct BatchSender(mpsc::UnboundedSender<Batch>);
+
+/// What the apply loop receives: every batch waiting, merged.
+pub struct Batches {
+    incoming: mpsc::UnboundedReceiver<Batch>,
+    /// Fact sources whose first list is not complete yet.
+    waiting: HashSet<&'static str>,
+}
+
+/// The changes of every batch that was waiting.
+pub struct Merged {
+    /// In the order the watches sent them.
+    pub changes: Vec<Change>,
+    /// Whether every fact source has completed its first list by now.
+    pub all_synced: bool,
+}
+
+/// A channel from the watches to the apply loop.
+pub fn batches() -> (BatchSender, Batches) {
+    let (tx, incoming) = mpsc::unbounded_channel();
+    let batches = Batches {
+        incoming,
+        waiting: HashSet::new(),
+    };
+    (BatchSender(tx), batches)
+}
+
+impl BatchSender {
+    /// Sends what one event of a fact watch meant, if anything.
+    fn forward(&self, resource: &'static str, delta: Delta) {
+        if !delta.changes.is_empty() || delta.synced {
+            let _ = self.0.send(Batch {
+                resource,
+                changes: delta.changes,
+                synced: delta.synced,
+            });
+        }
+    }
+
+    /// Sends `changes` from `resource`, which is no fact source; false once
+    /// the apply loop is gone.
+    pub fn send(&self, resource: &'static str, changes: Vec<Change>) -> bool {
+        changes.is_empty()
+            || self
+                .0
+                .send(Batch {
+                    resource,
+                    changes,
+                    synced: false,
+                })
+                .is_ok()
+    }
+}
+
+impl Batches {
+    /// The first sync waits for these fact sources.
+    pub fn wait_for(&mut self, sources: impl IntoIterator<Item = &'static str>) {
+        self.waiting.extend(sources);
+    }
+
+    /// Waits for a batch and merges it with every other already sent; None
+    /// once every sender is gone.
+    pub async fn next(&mut self) -> Option<Merged> {
+        let first = self.incoming.recv().await?;
+        let mut changes = Vec::new();
+        let mut batch = Some(first);
+        while let Some(b) = batch.take().or_else(|| self.incoming.try_recv().ok()) {
+            if b.synced {
+                self.waiting.remove(b.resource);
+            }
+            changes.extend(b.changes);
+        }
+        Some(Merged {
+            changes,
+            all_synced: self.waiting.is_empty(),
+        })
+    }
+}
