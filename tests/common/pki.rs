@@ -11,6 +11,17 @@ use tempfile::TempDir;
 /// The name the server certificate is issued for.
 pub const SERVER_NAME: &str = "dns.test";
 
+/// `openssl req` arguments making a new P-256 key, unencrypted, into the
+/// file named next.
+const NEW_KEY: [&str; 6] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+    "-keyout",
+];
+
 /// A test CA and the server certificates it issues, mounted the way the
 /// kubelet mounts a Secret: `tls.crt` and `tls.key` are symlinks through
 /// `..data`, a symlink to the current generation that is swapped atomically.
@@ -32,22 +43,19 @@ impl Pki {
         openssl(
             dir.path(),
             &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=clusterset-dns test CA",
-            ],
+                &["req", "-x509"][..],
+                &NEW_KEY,
+                &[
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=clusterset-dns test CA",
+                ],
+            ]
+            .concat(),
         );
         std::fs::write(
             dir.path().join("server.ext"),
@@ -119,19 +127,11 @@ impl Pki {
         openssl(
             self.dir.path(),
             &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &subject,
-            ],
+                &["req"][..],
+                &NEW_KEY,
+                &[&key, "-out", &csr, "-subj", &subject],
+            ]
+            .concat(),
         );
         let serial = serial.to_string();
         openssl(
