@@ -502,18 +502,18 @@ fn server_flags(
 async fn answers_as_direct(transport: Transport) {
     let Some(binary) = coredns() else { return };
     let cs = clusterset();
-    let Stack { server, front, .. } = Stack::start(&binary, transport, &cs, &[], "").await;
-    let direct = server.addr;
-    let name = |labels: &str| svc(labels);
+    // Held whole: its state folder and certificate files must outlive the queries.
+    let stack = Stack::start(&binary, transport, &cs, &[], "").await;
+    let (direct, front) = (stack.server.addr, &stack.front);
 
     // A client's UDP question reaches clusterset-dns over the transport set.
     let series = format!(
         "clusterset_dns_dns_requests_total{{proto=\"{}\",type=\"A\"}}",
         transport.proto()
     );
-    let metrics = server.running().metrics_addr;
+    let metrics = stack.server.running().metrics_addr;
     let before = scrape(metrics, &series).await;
-    udp(front.addr, &name("web.shop"), A).await;
+    udp(front.addr, &svc("web.shop"), A).await;
     assert_eq!(scrape(metrics, &series).await, before + 1.0, "{series}");
 
     let cases = [
@@ -536,7 +536,7 @@ async fn answers_as_direct(transport: Transport) {
         ("clusterset.local.".into(), NS, records(1)),
     ];
     for (name, rtype, expected) in &cases {
-        same_through(direct, &front, name, *rtype, *expected).await;
+        same_through(direct, front, name, *rtype, *expected).await;
     }
 
     // Outside the zone the `.` block answers: its forwarder does not, so
@@ -551,12 +551,12 @@ async fn answers_as_direct(transport: Transport) {
         "the `.` block forwards elsewhere"
     );
 
-    big_answer(direct, &front).await;
+    big_answer(direct, front).await;
 
     // A new export: NXDOMAIN first (a cache in front may keep that for the
     // SOA's TTL), then its VIP, through CoreDNS within the TTL and a reload.
-    let new = name("new.shop");
-    same_through(direct, &front, &new, A, NXDOMAIN).await;
+    let new = svc("new.shop");
+    same_through(direct, front, &new, A, NXDOMAIN).await;
     export_new(&cs);
     eventually("the new export served", true, || async {
         udp(direct, &new, A).await.code == ResponseCode::NoError
@@ -570,26 +570,26 @@ async fn answers_as_direct(transport: Transport) {
         || udp(front.addr, &new, A),
     )
     .await;
-    same_through(direct, &front, &new, A, records(1)).await;
+    same_through(direct, front, &new, A, records(1)).await;
 
     // db-1 in east turns not ready: it leaves the service's addresses and
     // SRV records, and its own name goes away.
     write_east_db(&cs, false);
     eventually("db-1 not ready", 2, || async {
-        udp(direct, &name("db.shop"), A).await.answers.len()
+        udp(direct, &svc("db.shop"), A).await.answers.len()
     })
     .await;
-    let db = name("db.shop");
+    let db = svc("db.shop");
     let served = udp(direct, &db, A).await;
     eventually_within(CHANGE_DEADLINE, "db-1 gone through CoreDNS", served, || {
         udp(front.addr, &db, A)
     })
     .await;
-    same_through(direct, &front, &db, A, records(2)).await;
+    same_through(direct, front, &db, A, records(2)).await;
     let srv = same_through(
         direct,
-        &front,
-        &name("_postgres._tcp.db.shop"),
+        front,
+        &svc("_postgres._tcp.db.shop"),
         SRV,
         records(2),
     )
@@ -598,7 +598,7 @@ async fn answers_as_direct(transport: Transport) {
         !srv.answers.keys().any(|r| r.contains("db-1.east")),
         "{srv:#?}"
     );
-    same_through(direct, &front, &name("db-1.east.db.shop"), A, NXDOMAIN).await;
+    same_through(direct, front, &svc("db-1.east.db.shop"), A, NXDOMAIN).await;
 }
 
 /// `big.shop` (90 records) does not fit 1232 bytes, nor 512: over UDP
