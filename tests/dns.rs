@@ -761,13 +761,7 @@ fn servfail_until_the_first_sync() {
 async fn servfail_while_the_first_load_runs() {
     // Enough services that the first load takes a while (about 0.5 s in debug builds).
     let cs = Clusterset::new();
-    let docs: Vec<Doc> = (0..500)
-        .flat_map(|i| {
-            let service = cluster_ip("bulk", &format!("s{i}"), &["10.96.0.1"]);
-            [service.export(), service]
-        })
-        .collect();
-    cs.write("east", "bulk.yaml", &docs);
+    write_bulk(&cs, 500);
     let server = start_loading(cs.dir(), &[]).await;
     let index = &server.running().index;
     let name = svc("s1.bulk");

@@ -21,8 +21,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -39,67 +39,6 @@ const RESOLVER: &str = "127.0.0.1:53";
 const TTL: Duration = Duration::from_secs(1);
 /// How long a resolver may take to start answering.
 const START: Duration = Duration::from_secs(10);
-
-/// A process killed (and reaped) when dropped; its output goes to a log
-/// file, shown when the test fails.
-struct Daemon {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn spawn(name: &'static str, command: &mut Command, dir: &Path) -> Self {
-        let log = dir.join(format!("{name}.log"));
-        let file = fs::File::create(&log).expect("a log file");
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("log file handle"))
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Self { name, child, log }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            eprintln!("--- last lines of {} ---", self.name);
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
-/// Where `program` is installed: PATH, or an sbin directory (daemons live
-/// there, and a non-root PATH may lack it).
-fn installed(program: &str) -> Option<PathBuf> {
-    let dirs = std::env::var("PATH").unwrap_or_default();
-    dirs.split(':')
-        .chain(["/usr/sbin", "/sbin"])
-        .map(|dir| Path::new(dir).join(program))
-        .find(|path| path.is_file())
-}
-
-/// A command running the installed `program`.
-fn program(name: &str) -> Command {
-    Command::new(installed(name).unwrap_or_else(|| name.into()))
-}
-
-/// Skips a test with a loud message, unless `CI` is set: then it fails.
-fn skip(reason: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{reason} (CI is set: real-resolver tests must run; see .ci/run)"
-    );
-    eprintln!("\n!!!!! SKIPPED real-resolver test: {reason} !!!!!\n");
-}
 
 /// Runs `body` on a thread in a new network namespace with loopback up and
 /// 127.0.0.2-5 on it (BIND listens only on interface addresses), on a

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,175 +26,11 @@ use tokio::time::timeout;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-/// The name the server certificate is issued for.
-const SERVER_NAME: &str = "dns.test";
 /// Longest a tool may take for one query.
 const TOOL_DEADLINE: Duration = Duration::from_secs(30);
 /// Longest a rotated certificate may take to be served: the server reads the
 /// files every 2 s.
 const ROTATION_DEADLINE: Duration = Duration::from_secs(8);
-
-/// A test CA and the server certificates it issues, mounted the way the
-/// kubelet mounts a Secret: `tls.crt` and `tls.key` are symlinks through
-/// `..data`, a symlink to the current generation that is swapped atomically.
-struct Pki {
-    dir: TempDir,
-    generations: u32,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let dir = TempDir::new().expect("temp dir");
-        openssl(
-            dir.path(),
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=clusterset-dns test CA",
-            ],
-        );
-        std::fs::write(
-            dir.path().join("server.ext"),
-            format!("subjectAltName=DNS:{SERVER_NAME}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"),
-        )
-        .expect("extensions written");
-        let live = dir.path().join("live");
-        std::fs::create_dir(&live).expect("mount dir");
-        for file in ["tls.crt", "tls.key"] {
-            std::os::unix::fs::symlink(Path::new("..data").join(file), live.join(file))
-                .expect("file symlink");
-        }
-        Self {
-            dir,
-            generations: 0,
-        }
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.path().join("ca.crt")
-    }
-
-    fn cert(&self) -> PathBuf {
-        self.dir.path().join("live/tls.crt")
-    }
-
-    fn key(&self) -> PathBuf {
-        self.dir.path().join("live/tls.key")
-    }
-
-    /// The server flags serving these files on an ephemeral port.
-    fn flags(&self) -> Vec<String> {
-        vec![
-            "--tls-listen".into(),
-            "127.0.0.1:0".into(),
-            "--tls-cert".into(),
-            self.cert().display().to_string(),
-            "--tls-key".into(),
-            self.key().display().to_string(),
-        ]
-    }
-
-    /// Issues a certificate for [`SERVER_NAME`] with subject `/CN=cn` and
-    /// `serial`, swaps it in atomically, and returns it (DER).
-    fn issue(&mut self, cn: &str, serial: u32) -> CertificateDer<'static> {
-        self.generations += 1;
-        let generation = format!("gen{}", self.generations);
-        let dir = self.dir.path().join(&generation);
-        std::fs::create_dir(&dir).expect("generation dir");
-        let (key, csr, crt) = (
-            format!("{generation}/tls.key"),
-            format!("{generation}/tls.csr"),
-            format!("{generation}/tls.crt"),
-        );
-        let subject = format!("/CN={cn}");
-        openssl(
-            self.dir.path(),
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &subject,
-            ],
-        );
-        let serial = serial.to_string();
-        openssl(
-            self.dir.path(),
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-set_serial",
-                &serial,
-                "-days",
-                "1",
-                "-extfile",
-                "server.ext",
-                "-out",
-                &crt,
-            ],
-        );
-        self.swap_in(&generation);
-        CertificateDer::from_pem_file(dir.join("tls.crt")).expect("issued certificate")
-    }
-
-    /// Makes a generation of files that are not a certificate and key and swaps it in.
-    fn issue_garbage(&mut self) {
-        self.generations += 1;
-        let generation = format!("gen{}", self.generations);
-        let dir = self.dir.path().join(&generation);
-        std::fs::create_dir(&dir).expect("generation dir");
-        std::fs::write(dir.join("tls.crt"), "not a certificate\n").expect("written");
-        std::fs::write(dir.join("tls.key"), "not a key\n").expect("written");
-        self.swap_in(&generation);
-    }
-
-    /// Points `..data` at `generation` in one rename, as the kubelet does.
-    fn swap_in(&self, generation: &str) {
-        let live = self.dir.path().join("live");
-        let next = live.join("..data_tmp");
-        std::os::unix::fs::symlink(Path::new("..").join(generation), &next).expect("symlink");
-        std::fs::rename(&next, live.join("..data")).expect("atomic swap");
-    }
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("openssl runs (Debian package openssl)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// A server answering the demo clusterset over UDP/TCP and TLS.
 async fn start_tls(pki: &Pki) -> (Server, SocketAddr) {
@@ -613,7 +449,7 @@ fn fails_to_start(args: &[&str]) -> String {
 fn a_missing_certificate_is_a_startup_error() {
     let mut pki = Pki::new();
     pki.issue("first", 101);
-    let missing = pki.dir.path().join("missing.crt").display().to_string();
+    let missing = pki.path().join("missing.crt").display().to_string();
     let key = pki.key().display().to_string();
     let stderr = fails_to_start(&[
         "--tls-listen",
@@ -636,14 +472,14 @@ fn a_garbage_key_is_a_startup_error() {
     let mut pki = Pki::new();
     pki.issue("first", 101);
     pki.issue("second", 202);
-    let garbage = pki.dir.path().join("garbage.key");
+    let garbage = pki.path().join("garbage.key");
     std::fs::write(
         &garbage,
         "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
     )
     .expect("written");
     let garbage = garbage.display().to_string();
-    let cert = pki.dir.path().join("gen1/tls.crt").display().to_string();
+    let cert = pki.path().join("gen1/tls.crt").display().to_string();
     let flags = [
         "--tls-listen",
         "127.0.0.1:0",
@@ -660,7 +496,7 @@ fn a_garbage_key_is_a_startup_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&expected), "{stderr}");
 
-    let other = pki.dir.path().join("gen2/tls.key").display().to_string();
+    let other = pki.path().join("gen2/tls.key").display().to_string();
     let stderr = fails_to_start(&[
         "--tls-listen",
         "127.0.0.1:0",

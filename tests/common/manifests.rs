@@ -164,6 +164,16 @@ pub fn slice(ns: &str, name: &str, service: &str, endpoints: &[Ep]) -> Doc {
         .set("endpoints", Value::Array(endpoints))
 }
 
+/// Writes `count` ClusterSetIP services `s0`... in namespace `bulk`,
+/// exported by `east` (`east/bulk.yaml`): enough of them make the first load
+/// take a while.
+pub fn write_bulk(cs: &Clusterset, count: usize) {
+    let docs: Vec<Doc> = (0..count)
+        .flat_map(|i| cluster_ip("bulk", &format!("s{i}"), &["10.96.0.1"]).exported())
+        .collect();
+    cs.write("east", "bulk.yaml", &docs);
+}
+
 /// Renders documents as one multi-document YAML text.
 pub fn yaml(docs: &[Doc]) -> String {
     let values: Vec<&Value> = docs.iter().map(|d| &d.0).collect();

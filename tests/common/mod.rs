@@ -1,19 +1,24 @@
 //! Shared harness of the integration tests: manifest builders, servers
-//! (in-process and the real binary), a DNS client and `status` lookups.
+//! (in-process and the real binary), a DNS client, `status` lookups, other
+//! DNS software run beside the server and a test CA for DNS over TLS.
 //! Each test crate uses a part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod client;
+pub mod daemon;
 pub mod manifests;
 pub mod ops_http;
+pub mod pki;
 pub mod secondary;
 pub mod server;
 pub mod status;
 pub mod transfer;
 
 pub use client::*;
+pub use daemon::*;
 pub use manifests::*;
 pub use ops_http::*;
+pub use pki::*;
 pub use secondary::*;
 pub use server::*;
 pub use status::*;

@@ -176,29 +176,40 @@ pub fn free_port() -> SocketAddr {
 pub async fn spawn_binary(dir: &Path, extra: &[&str]) -> Binary {
     let mut failures = Vec::new();
     for _ in 0..5 {
-        let addr = free_port();
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--manifests")
-            .arg(dir)
-            .arg("--listen")
-            .arg(addr.to_string())
-            .args(QUIET_METRICS)
-            .args(extra)
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        let mut binary = Binary { addr, child };
-        match wait_answering(&mut binary).await {
-            Ok(()) => return binary,
+        match spawn_binary_on(free_port(), dir, extra).await {
+            Ok(binary) => return binary,
             Err(stderr) if stderr.contains("cannot listen") => failures.push(stderr),
             Err(stderr) => panic!("the binary exited: {stderr}"),
         }
     }
     panic!("the binary did not start on any of 5 ports: {failures:#?}");
+}
+
+/// Runs `clusterset-dns serve --manifests dir --listen addr <extra>` and
+/// waits until it answers (anything but SERVFAIL); its stderr when it
+/// exited instead (`cannot listen on ...` when the port is taken).
+pub async fn spawn_binary_on(
+    addr: SocketAddr,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<Binary, String> {
+    let child = Command::new(BIN)
+        .arg("serve")
+        .arg("--manifests")
+        .arg(dir)
+        .arg("--listen")
+        .arg(addr.to_string())
+        .args(QUIET_METRICS)
+        .args(extra)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut binary = Binary { addr, child };
+    wait_answering(&mut binary).await?;
+    Ok(binary)
 }
 
 /// Polls until the binary answers a query with something else than
