@@ -193,15 +193,21 @@ impl Controller {
             self.facts(broker_records, Some(caches.broker_records.clone())),
             self.facts(broker_slices, Some(caches.broker_slices.clone())),
         ];
+        // Where the broker is this cluster's own API server, the broker
+        // namespace holds objects with the same labels: they are the
+        // broker's, not this member's, and must not read as stale imports.
+        let not_broker = format!("metadata.namespace!={}", self.args.broker_namespace);
         self.written::<ServiceImport>(
             Api::all(local.clone()),
             records::MANAGED_SELECTOR,
+            &not_broker,
             "written/serviceimports",
             caches.local_imports.clone(),
         );
         self.written::<EndpointSlice>(
             Api::all(local),
             records::MANAGED_SLICES_SELECTOR,
+            &not_broker,
             "written/endpointslices",
             caches.local_slices.clone(),
         );
@@ -223,19 +229,20 @@ impl Controller {
         })
     }
 
-    /// A watch of the objects this controller writes, selected by `selector`:
+    /// A watch of the objects this controller writes, selected by `labels` and `fields`:
     /// kept in `seen`; a change queues its service.
     fn written<K>(
         &mut self,
         api: Api<K>,
-        selector: &str,
+        labels: &str,
+        fields: &str,
         resource: &'static str,
         seen: Arc<dyn Follow<K>>,
     ) where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let queue = self.queue.clone();
-        let config = watcher::Config::default().labels(selector);
+        let config = watcher::Config::default().labels(labels).fields(fields);
         let tasks = &mut self.tasks;
         self.watches
             .spawn(tasks, api, config, resource, move |event| {
