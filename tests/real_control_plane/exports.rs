@@ -123,6 +123,7 @@ pub async fn import_lives_while_any_cluster_exports(set: &mut Clusterset) -> Res
 /// `Conflict=True` with reason `PortConflict`, and the oldest export's port
 /// is the import's (KEP-1645 "Constraints and Conflict Resolution").
 pub async fn differing_ports_are_a_port_conflict(set: &mut Clusterset) -> Result<()> {
+    namespace(&set.member("north").admin, NS).await?;
     for (id, port) in [("east", 80), ("west", 8080)] {
         let admin = &set.member(id).admin;
         namespace(admin, NS).await?;
@@ -153,7 +154,7 @@ pub async fn differing_ports_are_a_port_conflict(set: &mut Clusterset) -> Result
         .await?;
     }
     // The same port name with another number: the oldest export's port
-    // is the import's, in every member, and only east backs it.
+    // is the import's, in every member, and west backs none of its ports.
     for member in &set.members {
         import_becomes(
             set,
@@ -168,7 +169,11 @@ pub async fn differing_ports_are_a_port_conflict(set: &mut Clusterset) -> Result
                     .flatten()
                     .filter_map(|p| p["port"].as_i64())
                     .collect();
-                ports == [80] && status_clusters(i) == ["east"]
+                let backing = i["metadata"]["annotations"]["clusterset-dns.io/cluster-ports"]
+                    .as_str()
+                    .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok());
+                ports == [80]
+                    && backing == Some(serde_json::json!({"east": ["http:80/TCP"], "west": []}))
             },
         )
         .await?;
