@@ -31,7 +31,8 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// The control plane's binaries that must exist, by name.
-pub const BINARIES: [&str; 5] = [
+pub const BINARIES: [&str; 6] = [
+    "coredns",
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
