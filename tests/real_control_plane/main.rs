@@ -11,7 +11,6 @@
 //! started either way). Needs `bash tests/control-plane/build.sh` first; without
 //! its binaries the suite skips, and fails under CI.
 
-#[allow(dead_code, unused_imports)]
 #[path = "../common/mod.rs"]
 mod common;
 

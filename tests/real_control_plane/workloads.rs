@@ -88,7 +88,7 @@ pub async fn service(
     headless: bool,
     families: &[&str],
     ports: &[(&str, u16)],
-) -> Result<Service> {
+) -> Result<()> {
     let policy = if families.len() > 1 {
         "RequireDualStack"
     } else {
@@ -104,13 +104,13 @@ pub async fn service(
         spec["clusterIP"] = json!("None");
     }
     let api: Api<Service> = Api::namespaced(client.clone(), ns);
-    Ok(api
-        .create(
-            &PostParams::default(),
-            &from_json(json!({"metadata": {"name": name, "namespace": ns}, "spec": spec})),
-        )
-        .await
-        .with_context(|| format!("creating Service {ns}/{name}"))?)
+    api.create(
+        &PostParams::default(),
+        &from_json(json!({"metadata": {"name": name, "namespace": ns}, "spec": spec})),
+    )
+    .await
+    .with_context(|| format!("creating Service {ns}/{name}"))?;
+    Ok(())
 }
 
 /// A Pod of app `app` on node-1 with these IPs, Running and Ready (as the
