@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::{ClustersetArgs, ServeArgs, SourceKind, TcpArgs};
-use crate::dns::{DnsServer, TcpLimits, TlsListener, TransferPolicy, notify};
+use crate::cli::{ClustersetArgs, OperationsArgs, ServeArgs, SourceKind, TcpArgs};
+use crate::dns::{Caps, DnsServer, TcpLimits, TlsListener, TransferPolicy, fit_open_files, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
@@ -102,11 +102,17 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let tls = TlsListener::bind(&args.tls).await?;
     let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
-    let limits = tcp_limits(&args.tcp);
+    let (mut limits, mut tls_limits) = (tcp_limits(&args.tcp), tcp_limits(&args.tcp));
+    let mut ops = operations_settings(&args.operations);
+    let mut caps = vec![("tcp", &mut limits.caps), ("operations", &mut ops.caps)];
+    if tls.is_some() {
+        caps.push(("tls", &mut tls_limits.caps));
+    }
+    fit_open_files(&mut caps, args.udp_workers as u64);
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
-        limits.clone(),
+        limits,
         index.clone(),
         metrics.dns.clone(),
         TransferPolicy::new(args.transfer_allow.clone(), metrics.dns.clone()),
@@ -125,10 +131,16 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         published: published.clone(),
         max_sync_age: Duration::from_secs(args.max_sync_age),
     });
-    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
+    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health, ops).await?;
     let shutdown = dns.shutdown_token();
-    let tls =
-        tls.map(|tls| tls.serve(index.clone(), metrics.dns.clone(), limits, shutdown.clone()));
+    let tls = tls.map(|tls| {
+        tls.serve(
+            index.clone(),
+            metrics.dns.clone(),
+            tls_limits,
+            shutdown.clone(),
+        )
+    });
     let outputs = Outputs {
         index: index.clone(),
         metrics,
@@ -199,11 +211,25 @@ fn nameserver_addresses(args: &ServeArgs) -> Vec<IpAddr> {
 
 fn tcp_limits(args: &TcpArgs) -> TcpLimits {
     TcpLimits {
-        max_connections: args.tcp_max_connections,
-        max_per_client: args.tcp_max_connections_per_client,
+        caps: Caps {
+            total: args.tcp_max_connections,
+            per_client: args.tcp_max_connections_per_client,
+        },
         idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
         write_timeout: Duration::from_secs(args.tcp_write_timeout),
         ..TcpLimits::default()
+    }
+}
+
+fn operations_settings(args: &OperationsArgs) -> http::Settings {
+    http::Settings {
+        caps: Caps {
+            total: args.metrics_max_connections,
+            per_client: args.metrics_max_connections_per_client,
+        },
+        header_timeout: Duration::from_secs(args.metrics_header_timeout),
+        idle_timeout: Duration::from_secs(args.metrics_idle_timeout),
+        debug_explain: args.debug_explain,
     }
 }
 
@@ -213,13 +239,14 @@ fn tcp_limits(args: &TcpArgs) -> TcpLimits {
 async fn operations_listener(
     listen: SocketAddr,
     health: Arc<Health>,
+    settings: http::Settings,
 ) -> anyhow::Result<(SocketAddr, Task)> {
     let listener = TcpListener::bind(listen).await.with_context(|| {
         format!("cannot serve /metrics, /healthz and /readyz on {listen} (see --metrics-listen)")
     })?;
     let addr = listener.local_addr()?;
     info!(listen = %addr, "serving /metrics, /healthz and /readyz");
-    Ok((addr, Box::pin(http::serve(listener, health))))
+    Ok((addr, Box::pin(http::serve(listener, health, settings))))
 }
 
 /// A task that runs for the life of the server.
