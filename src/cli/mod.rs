@@ -96,7 +96,8 @@ pub struct ClustersetArgs {
     #[arg(long, default_value = "fd00:c5e7::/48", value_name = "CIDR")]
     pub vip_pool_v6: Ipv6Net,
     /// File that keeps VIP allocations across restarts
-    /// [default: <DIR>/.clusterset-dns/vips.json].
+    /// [default: <DIR>/.clusterset-dns/vips.json]; the SOA serial is kept
+    /// next to it, under the extension `serial`.
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// Give ClusterSetIP imports clusterset VIPs, unless their ServiceExport's
@@ -126,6 +127,18 @@ impl ClustersetArgs {
         self.state_file
             .clone()
             .unwrap_or_else(|| self.manifests.join(".clusterset-dns").join("vips.json"))
+    }
+
+    /// The SOA serial file, next to the VIP state file: its name with the
+    /// extension `serial` (`vips.json`: `vips.serial`).
+    pub fn serial_file(&self) -> PathBuf {
+        let state = self.state_file();
+        let serial = state.with_extension("serial");
+        if serial == state {
+            state.with_extension("serial.soa")
+        } else {
+            serial
+        }
     }
 }
 
@@ -486,6 +499,10 @@ mod tests {
         assert_eq!(
             args.clusterset.state_file(),
             PathBuf::from("config/demo/.clusterset-dns/vips.json")
+        );
+        assert_eq!(
+            args.clusterset.serial_file(),
+            PathBuf::from("config/demo/.clusterset-dns/vips.serial")
         );
         let cli = Cli::parse_from([
             "x",

@@ -1,5 +1,5 @@
 //! `check`: validates a configuration the way `serve` would load it (flags,
-//! config file, manifest directory and VIP state file, or the API servers in
+//! config file, manifest directory, VIP state and SOA serial files, or the API servers in
 //! Kubernetes mode, and the TLS certificate), without serving or writing.
 
 use std::collections::BTreeSet;
@@ -10,6 +10,7 @@ use kube::api::ListParams;
 
 use crate::cli::{KubernetesArgs, ServeArgs, SourceKind};
 use crate::dns;
+use crate::index::serial::SerialFile;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::runtime::pipeline::load_manifests;
 use crate::sources::kubernetes::client::connect;
@@ -73,9 +74,13 @@ fn manifests(args: &ServeArgs) -> CheckReport {
         stats.headless,
         stats.endpoints,
     );
+    let mut problems: Vec<String> = source.problems().iter().map(ToString::to_string).collect();
+    if let Err(e) = SerialFile::open(&clusterset.serial_file()) {
+        problems.push(format!("{e:#}"));
+    }
     CheckReport {
         summary: summary + &transfer_summary(args),
-        problems: source.problems().iter().map(ToString::to_string).collect(),
+        problems,
     }
 }
 

@@ -17,6 +17,7 @@ use crate::cli::{ClustersetArgs, OperationsArgs, ServeArgs, SourceKind, TcpArgs}
 use crate::dns::{Caps, DnsServer, TcpLimits, TlsListener, TransferPolicy, fit_open_files, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
+use crate::index::serial::{self, SerialFile};
 use crate::model::Change;
 use crate::ops::build_info;
 use crate::ops::http::{self, Health};
@@ -75,27 +76,32 @@ impl Running {
 /// background and keeps following it (SERVFAIL until the first sync is done).
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let manifests = &args.clusterset.manifests;
-    let connection = match args.kubernetes.source {
+    let (connection, serial_file) = match args.kubernetes.source {
         SourceKind::Manifests => {
             anyhow::ensure!(
                 manifests.is_dir(),
                 "manifest directory {} does not exist (see --manifests)",
                 manifests.display()
             );
-            None
+            let serials = SerialFile::open(&args.clusterset.serial_file())?;
+            (None, Some(Arc::new(serials)))
         }
         SourceKind::Kubernetes => {
-            Some(crate::sources::kubernetes::client::connect(&args.kubernetes).await?)
+            let client = crate::sources::kubernetes::client::connect(&args.kubernetes).await?;
+            (Some(client), None)
         }
     };
+    let now = serial::now();
+    let first_serial = serial_file.as_ref().map_or(now, |file| file.first(now));
     let nameservers = nameserver_addresses(&args);
     let index = Arc::new(
         Index::new(
             args.zone.clone(),
             args.ttl,
             args.cluster_targeting,
-            crate::index::serial::now(),
+            first_serial,
         )
+        .with_serial_file(serial_file)
         .with_nameserver_addresses(nameservers.clone())
         .with_reverse_zones(args.reverse_zones()),
     );
