@@ -57,20 +57,6 @@ pub struct Settings {
     pub debug_explain: bool,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            caps: Caps {
-                total: 64,
-                per_client: 8,
-            },
-            header_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(10),
-            debug_explain: false,
-        }
-    }
-}
-
 /// What the endpoints report on.
 pub struct Health {
     /// The served index (its first sync gates readiness).
