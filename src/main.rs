@@ -125,18 +125,25 @@ mod tests {
             assert_eq!(value.to_string(), MARK);
             return;
         }
-        let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "--exact",
                 "tests::the_purge_delay_option_is_the_one_named_purge_delay",
+                "--test-threads=1",
             ])
             .env("MIMALLOC_PURGE_DELAY", MARK)
-            .stdout(std::process::Stdio::null())
-            .status()
+            .output()
             .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
-            status.success(),
-            "MI_OPTION_PURGE_DELAY is not mimalloc's purge_delay"
+            output.status.success(),
+            "MI_OPTION_PURGE_DELAY is not mimalloc's purge_delay: {stdout}"
+        );
+        // A filter that matched nothing would pass too: the copy must have
+        // run this one test, and it alone.
+        assert!(
+            stdout.contains("running 1 test\n") && stdout.contains(" 1 passed; 0 failed;"),
+            "the copy did not run exactly this test: {stdout}"
         );
     }
 }

@@ -158,6 +158,37 @@ fn check_accepts_the_example_file() {
     assert!(out.contains("config/demo: "), "{out}");
 }
 
+/// The SOA serial file next to the VIP state file: one that holds no serial
+/// stops `serve` at start and is a problem for `check`, both naming it.
+#[test]
+fn a_broken_serial_file_is_named_by_check_and_stops_serve() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let state = state_in(&dir);
+    std::fs::write(dir.path().join("vips.serial"), "yesterday\n").expect("written");
+    let output = run_binary(&["check", "--state-file", &state]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("vips.serial does not hold a serial"),
+        "{}",
+        stderr(&output)
+    );
+    let output = run_binary(&[
+        "serve",
+        "--state-file",
+        &state,
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("vips.serial does not hold a serial"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 #[test]
 fn check_fails_on_a_missing_or_broken_manifest_directory() {
     let (dir, file) = config("manifests: /nonexistent/clusterset\n");

@@ -159,7 +159,7 @@ fn explain_a_missing_name_gives_nxdomain_with_the_soa_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_explain_on_a_running_server_matches_its_dns_answers() {
     let cs = db_clusterset();
-    let server = start(cs.dir(), &[]).await;
+    let server = start(cs.dir(), &["--debug-explain"]).await;
     let ops = server.running().metrics_addr;
     let (code, body) = get(
         ops,

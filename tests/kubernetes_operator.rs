@@ -19,7 +19,11 @@ const WEB: &str = "web.shop.svc.clusterset.local.";
 
 /// `web.shop` exported from east and west, imported with one VIP by all three.
 async fn exported_web() -> (KubeClusterset, String) {
-    let set = KubeClusterset::start(&[("east", "IPv4"), ("north", "IPv4"), ("west", "IPv4")]).await;
+    let set = KubeClusterset::start_with(
+        &[("east", "IPv4"), ("north", "IPv4"), ("west", "IPv4")],
+        &["--debug-explain"],
+    )
+    .await;
     for member in &set.members {
         member.api.create_namespace("shop");
     }

@@ -32,9 +32,13 @@ const TOOL_DEADLINE: Duration = Duration::from_secs(30);
 /// files every 2 s.
 const ROTATION_DEADLINE: Duration = Duration::from_secs(8);
 
-/// A server answering the demo clusterset over UDP/TCP and TLS.
+/// A server answering the demo clusterset over UDP/TCP and TLS; its state
+/// (VIPs, SOA serial) in a temporary folder, not in the demo folder.
 async fn start_tls(pki: &Pki) -> (Server, SocketAddr) {
-    let flags = pki.flags();
+    let state = tempfile::tempdir().expect("a state folder");
+    let state = state.keep().join("vips.json").display().to_string();
+    let mut flags = pki.flags();
+    flags.extend(["--state-file".to_owned(), state]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let server = start(&Path::new(CRATE_ROOT).join("config/demo"), &flags).await;
     let tls = server.running().tls_addr.expect("TLS listener bound");
@@ -429,14 +433,19 @@ async fn unbound_forwards_over_tls() {
     );
 }
 
-/// Runs `serve` (the real binary) expecting a start-up failure; its stderr.
+/// Runs `serve` (the real binary) on the demo, with its state in a
+/// temporary folder, expecting a start-up failure; its stderr.
 fn fails_to_start(args: &[&str]) -> String {
+    let state = tempfile::tempdir().expect("a state folder");
+    let state_file = state.path().join("vips.json").display().to_string();
     let mut words = vec![
         "serve",
         "--listen",
         "127.0.0.1:0",
         "--metrics-listen",
         "127.0.0.1:0",
+        "--state-file",
+        &state_file,
     ];
     words.extend_from_slice(args);
     let output = run_binary(&words);

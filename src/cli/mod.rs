@@ -96,7 +96,8 @@ pub struct ClustersetArgs {
     #[arg(long, default_value = "fd00:c5e7::/48", value_name = "CIDR")]
     pub vip_pool_v6: Ipv6Net,
     /// File that keeps VIP allocations across restarts
-    /// [default: <DIR>/.clusterset-dns/vips.json].
+    /// [default: <DIR>/.clusterset-dns/vips.json]; the SOA serial is kept
+    /// next to it, under the extension `serial`.
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// Give ClusterSetIP imports clusterset VIPs, unless their ServiceExport's
@@ -127,6 +128,18 @@ impl ClustersetArgs {
             .clone()
             .unwrap_or_else(|| self.manifests.join(".clusterset-dns").join("vips.json"))
     }
+
+    /// The SOA serial file, next to the VIP state file: its name with the
+    /// extension `serial` (`vips.json`: `vips.serial`).
+    pub fn serial_file(&self) -> PathBuf {
+        let state = self.state_file();
+        let serial = state.with_extension("serial");
+        if serial == state {
+            state.with_extension("serial.soa")
+        } else {
+            serial
+        }
+    }
 }
 
 /// `serve` arguments.
@@ -142,10 +155,13 @@ pub struct ServeArgs {
     /// Address to answer DNS on, UDP and TCP.
     #[arg(long, default_value = "0.0.0.0:5300", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
-    /// Address of the operations listener: /metrics, /healthz, /readyz,
-    /// /debug/explain.
+    /// Address of the operations listener: /metrics, /healthz, /readyz (and
+    /// /debug/explain with `--debug-explain`).
     #[arg(long, default_value = "0.0.0.0:9153", value_name = "ADDR:PORT")]
     pub metrics_listen: SocketAddr,
+    /// Limits of the operations listener.
+    #[command(flatten)]
+    pub operations: OperationsArgs,
     /// /readyz fails when a source has not completed a sync for this many seconds
     /// (the manifest directory is rescanned at least every 30 s).
     #[arg(long, default_value_t = 90, value_name = "SECONDS")]
@@ -218,6 +234,53 @@ pub struct TlsArgs {
     /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `--tls-cert`; reloaded with it.
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+}
+
+/// Limits of the operations listener (`--metrics-listen`), and its debug endpoint.
+#[derive(Debug, Clone, Args)]
+pub struct OperationsArgs {
+    /// Most open connections to the operations listener; more are closed at once.
+    #[arg(
+        long,
+        help_heading = "Operations listener",
+        default_value_t = 64,
+        value_name = "N"
+    )]
+    pub metrics_max_connections: usize,
+    /// Most open connections to the operations listener from one client address.
+    #[arg(
+        long,
+        help_heading = "Operations listener",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub metrics_max_connections_per_client: usize,
+    /// A connection to the operations listener must send each request's
+    /// head within this long (from its accept, or the end of the previous
+    /// response: an idle kept-alive connection is closed after it too).
+    #[arg(
+        long,
+        help_heading = "Operations listener",
+        default_value_t = 5,
+        value_name = "SECONDS"
+    )]
+    pub metrics_header_timeout: u64,
+    /// A connection to the operations listener on which no byte is read or
+    /// written for this long is closed.
+    #[arg(
+        long,
+        help_heading = "Operations listener",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    pub metrics_idle_timeout: u64,
+    /// Serve `/debug/explain` on the operations listener. Operator-only: it
+    /// tells whoever reaches the port every service, cluster and endpoint, and
+    /// each request costs an explanation. `--debug-explain` alone means `=true`.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value_t = false, default_missing_value = "true", value_name = "BOOL",
+          help_heading = "Operations listener")]
+    pub debug_explain: bool,
 }
 
 /// Limits on DNS over TCP (RFC 7766 §6.2.3, §10).
@@ -450,6 +513,10 @@ mod tests {
         assert_eq!(
             args.clusterset.state_file(),
             PathBuf::from("config/demo/.clusterset-dns/vips.json")
+        );
+        assert_eq!(
+            args.clusterset.serial_file(),
+            PathBuf::from("config/demo/.clusterset-dns/vips.serial")
         );
         let cli = Cli::parse_from([
             "x",

@@ -1,5 +1,5 @@
 //! `check`: validates a configuration the way `serve` would load it (flags,
-//! config file, manifest directory and VIP state file, or the API servers in
+//! config file, manifest directory, VIP state and SOA serial files, or the API servers in
 //! Kubernetes mode, and the TLS certificate), without serving or writing.
 
 use std::collections::BTreeSet;
@@ -11,6 +11,7 @@ use kube::api::ListParams;
 use crate::cli::ServeArgs;
 use crate::commands::snapshot;
 use crate::dns;
+use crate::index::serial::SerialFile;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::runtime::assembly::{self, Assembly, Source};
 
@@ -81,9 +82,13 @@ async fn manifests(args: &ServeArgs, assembly: Assembly) -> CheckReport {
         stats.headless,
         stats.endpoints,
     );
+    let mut problems = snapshot.problems;
+    if let Err(e) = SerialFile::open(&clusterset.serial_file()) {
+        problems.push(format!("{e:#}"));
+    }
     CheckReport {
         summary: summary + &transfer_summary(args),
-        problems: snapshot.problems,
+        problems,
     }
 }
 

@@ -13,6 +13,7 @@ use prometheus::{
     exponential_buckets,
 };
 
+use super::listen::ListenerMetrics;
 use super::{COMMON_TYPES, Problem};
 
 /// Response codes counted by name (as `dig` spells them); the rest count as `other`.
@@ -38,15 +39,16 @@ pub struct DnsMetrics {
     pub tls: TlsMetrics,
     transfers: IntCounterVec,
     notifies: IntCounterVec,
+    /// Accept errors of every listener, DNS or not, by listener and class.
+    pub accept_errors: IntCounterVec,
 }
 
-/// Open, refused and timed-out DNS TCP connections.
+/// Open, refused and timed-out DNS TCP connections (DNS over TLS included),
+/// and accept errors.
 #[derive(Clone)]
 pub struct TcpMetrics {
-    /// Connections open now.
-    pub open: IntGauge,
-    /// Connections closed at once, by the limit reached (`total`, `client`).
-    pub refused: IntCounterVec,
+    /// What the accept loop counts.
+    pub listener: ListenerMetrics,
     /// Connections closed because the client did not read a response in time.
     pub write_timeouts: IntCounter,
 }
@@ -132,6 +134,16 @@ impl DnsMetrics {
     /// Creates and registers the DNS metrics in `registry`.
     pub fn new(registry: &Registry) -> Self {
         let histogram = |name, help| HistogramOpts::from(opts(name, help)).buckets(buckets());
+        let accept_errors = register(
+            registry,
+            IntCounterVec::new(
+                opts(
+                    "accept_errors_total",
+                    "Failed accepts of a TCP listener (tcp, tls, operations), by class (resources: out of descriptors or memory, followed by a pause; connection: one connection failed before it was accepted; other). None ends the listener.",
+                ),
+                &["listener", "error"],
+            ),
+        );
         Self {
             requests: register(
                 registry,
@@ -174,20 +186,26 @@ impl DnsMetrics {
                 ),
             ),
             tcp: TcpMetrics {
-                open: register(
-                    registry,
-                    IntGauge::with_opts(opts("dns_tcp_connections", "Open DNS TCP connections.")),
-                ),
-                refused: register(
-                    registry,
-                    IntCounterVec::new(
-                        opts(
-                            "dns_tcp_refused_total",
-                            "DNS TCP connections closed at once, by the limit reached.",
-                        ),
-                        &["limit"],
+                listener: ListenerMetrics {
+                    open: register(
+                        registry,
+                        IntGauge::with_opts(opts(
+                            "dns_tcp_connections",
+                            "Open DNS TCP connections.",
+                        )),
                     ),
-                ),
+                    refused: register(
+                        registry,
+                        IntCounterVec::new(
+                            opts(
+                                "dns_tcp_refused_total",
+                                "DNS TCP connections closed at once, by the limit reached.",
+                            ),
+                            &["limit"],
+                        ),
+                    ),
+                    accept_errors: accept_errors.clone(),
+                },
                 write_timeouts: register(
                     registry,
                     IntCounter::with_opts(opts(
@@ -217,6 +235,7 @@ impl DnsMetrics {
                     &["result"],
                 ),
             ),
+            accept_errors,
         }
     }
 

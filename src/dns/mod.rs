@@ -4,6 +4,7 @@
 mod answer;
 mod certificates;
 mod encode;
+pub mod listen;
 mod log_limit;
 pub mod metrics;
 pub mod notify;
@@ -19,6 +20,7 @@ mod transfer;
 mod udp;
 
 pub use answer::{Answer, answer};
+pub use listen::{Caps, fit_open_files};
 pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
 pub use server::DnsServer;
 pub use tcp_limits::TcpLimits;

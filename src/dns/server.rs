@@ -8,9 +8,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::listen::Connections;
 use super::metrics::DnsMetrics;
 use super::tcp;
-use super::tcp_limits::{Connections, TcpLimits, raise_open_file_limit};
+use super::tcp_limits::TcpLimits;
 use super::transfer::TransferPolicy;
 use super::udp::UdpWorkers;
 use crate::index::Index;
@@ -33,7 +34,8 @@ pub struct DnsServer {
 impl DnsServer {
     /// Binds `udp_workers` UDP sockets (`SO_REUSEPORT`) and a TCP listener on
     /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
-    /// TCP connections are held to `tcp_limits`.
+    /// TCP connections are held to `tcp_limits` (fitted to the open-file
+    /// limit by the caller: see `listen::fit_open_files`).
     /// Zone transfers (TCP only) follow `transfers`.
     pub async fn bind(
         listen: SocketAddr,
@@ -43,7 +45,6 @@ impl DnsServer {
         metrics: Arc<DnsMetrics>,
         transfers: TransferPolicy,
     ) -> std::io::Result<Self> {
-        raise_open_file_limit(tcp_limits.max_connections);
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
         Ok(Self {
@@ -75,7 +76,8 @@ impl DnsServer {
             index: self.index,
             recorder: Mutex::new(self.metrics.recorder("tcp")),
             metrics: self.metrics.tcp.clone(),
-            connections: Connections::new(self.tcp_limits),
+            connections: Connections::new(self.tcp_limits.caps),
+            limits: self.tcp_limits,
             transfers: Some(self.transfers),
         });
         tcp::serve(self.tcp, shared, self.shutdown).await;

@@ -6,7 +6,6 @@
 //! shutdown it stops accepting, and each connection writes the answers to
 //! the queries it has read.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -15,16 +14,16 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hickory_server::net::xfer::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::listen::{self, Connections};
 use super::metrics::{DnsRecorder, TcpMetrics};
 use super::response::{Handled, handle};
-use super::tcp_limits::{Connections, TcpLimits};
+use super::tcp_limits::TcpLimits;
 use super::transfer::{self, TransferPolicy};
 use crate::index::Index;
 
@@ -36,18 +35,21 @@ pub struct Shared {
     pub recorder: Mutex<DnsRecorder>,
     /// Connection metrics.
     pub metrics: TcpMetrics,
-    /// Open connections, counted against the limits.
+    /// Open connections, counted against `limits.caps`.
     pub connections: Arc<Connections>,
+    /// The limits of every connection.
+    pub limits: TcpLimits,
     /// Who may transfer the zone (None: no transfers on these connections).
     pub transfers: Option<Arc<TransferPolicy>>,
 }
 
-/// Accepts connections until `shutdown`, then waits for open connections to
-/// finish their current query.
+/// Accepts connections (the shared loop of `listen`, named `tcp`) until
+/// `shutdown`, then waits for open connections to finish their current query.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let (connections, metrics) = (shared.connections.clone(), shared.metrics.clone());
-    accept(
+    let (connections, metrics) = (shared.connections.clone(), shared.metrics.listener.clone());
+    listen::accept(
         listener,
+        "tcp",
         &connections,
         &metrics,
         shutdown.clone(),
@@ -57,47 +59,6 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
         },
     )
     .await;
-}
-
-/// The accept loop: a connection within the limits of `connections` gets the
-/// task `open` makes for it; one over a limit is closed at once and counted.
-/// On `shutdown` it stops accepting and waits for those tasks.
-pub async fn accept<T>(
-    listener: TcpListener,
-    connections: &Arc<Connections>,
-    metrics: &TcpMetrics,
-    shutdown: CancellationToken,
-    mut open: impl FnMut(TcpStream, SocketAddr) -> T,
-) where
-    T: Future<Output = ()> + Send + 'static,
-{
-    let mut tasks = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match connections.admit(peer.ip()) {
-                    Ok(slot) => {
-                        let (task, gauge) = (open(stream, peer), metrics.open.clone());
-                        tasks.spawn(async move {
-                            gauge.inc();
-                            task.await;
-                            gauge.dec();
-                            drop(slot);
-                        });
-                    }
-                    Err(limit) => metrics.refused.with_label_values(&[limit.label()]).inc(),
-                },
-                Err(error) => {
-                    warn!(%error, "TCP accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        }
-        while tasks.try_join_next().is_some() {}
-    }
-    drop(listener);
-    while tasks.join_next().await.is_some() {}
 }
 
 /// Serves one connection (any byte stream carrying RFC 1035 §4.2.2 framing,
@@ -112,7 +73,7 @@ pub async fn connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send,
 {
-    let limits = shared.connections.limits();
+    let limits = &shared.limits;
     let codec = || {
         LengthDelimitedCodec::builder()
             .length_field_length(2)
@@ -152,7 +113,7 @@ async fn read_queries<R: AsyncRead>(
     encrypted: bool,
     pending: mpsc::Sender<Bytes>,
 ) {
-    let idle = shared.connections.limits().idle_timeout;
+    let idle = shared.limits.idle_timeout;
     tokio::pin!(frames);
     loop {
         // Queries already received are answered before a shutdown is noticed.

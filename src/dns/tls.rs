@@ -16,9 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::certificates::Certificates;
+use super::listen::{self, Connections};
 use super::metrics::{DnsMetrics, TlsMetrics};
 use super::tcp;
-use super::tcp_limits::{Connections, TcpLimits};
+use super::tcp_limits::TcpLimits;
 use crate::index::Index;
 
 /// DNS over TLS as configured (`--tls-listen`, `--tls-cert`, `--tls-key`):
@@ -78,17 +79,19 @@ impl TlsListener {
             index,
             recorder: Mutex::new(metrics.recorder("tls")),
             metrics: metrics.tcp.clone(),
-            connections: Connections::new(limits),
+            connections: Connections::new(limits.caps),
+            limits,
             // Zone transfers go over plain TCP only.
             transfers: None,
         });
-        let (connections, tcp_metrics) = (shared.connections.clone(), shared.metrics.clone());
+        let (connections, listener) = (shared.connections.clone(), shared.metrics.listener.clone());
         let acceptor = self.acceptor;
         let stop = shutdown.clone();
-        let accept = tcp::accept(
+        let accept = listen::accept(
             self.listener,
+            "tls",
             &connections,
-            &tcp_metrics,
+            &listener,
             shutdown.clone(),
             move |stream, peer| {
                 let (acceptor, shared) = (acceptor.clone(), shared.clone());

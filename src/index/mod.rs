@@ -108,6 +108,8 @@ pub struct Index {
     synced: AtomicBool,
     serial: AtomicU32,
     serials: watch::Sender<u32>,
+    /// Where serials are kept across restarts (embedded mode).
+    serial_file: Option<Arc<serial::SerialFile>>,
     reverse: reverse::ReverseMap,
 }
 
@@ -132,6 +134,7 @@ impl Index {
             synced: AtomicBool::new(false),
             serial: AtomicU32::new(serial),
             serials: watch::Sender::new(serial),
+            serial_file: None,
             reverse: reverse::ReverseMap::default(),
         }
     }
@@ -141,6 +144,17 @@ impl Index {
     #[must_use]
     pub fn with_nameserver_addresses(mut self, addresses: Vec<IpAddr>) -> Self {
         self.nameserver_addresses = addresses;
+        self
+    }
+
+    /// This index, keeping in `file` a ceiling on the serials it serves
+    /// (covering the current one now), so that a restart starts above them.
+    #[must_use]
+    pub fn with_serial_file(mut self, file: Option<Arc<serial::SerialFile>>) -> Self {
+        if let Some(file) = &file {
+            file.cover(self.serial.load(Ordering::Relaxed));
+        }
+        self.serial_file = file;
         self
     }
 
@@ -374,13 +388,18 @@ impl Index {
     }
 
     /// Ends a batch of updates: a new SOA serial, the clock's unless that
-    /// would not increase it (see [`serial::next`]).
+    /// would not increase it (see [`serial::next`]), covered by the serial
+    /// file (if any) before anything can serve it.
     pub fn commit(&self) {
         let now = serial::now();
         let last = self
             .serial
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-                Some(serial::next(last, now))
+                let next = serial::next(last, now);
+                if let Some(file) = &self.serial_file {
+                    file.cover(next);
+                }
+                Some(next)
             })
             .unwrap_or_else(|last| last);
         let serial = serial::next(last, now);

@@ -11,6 +11,7 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+use crate::dns::listen::ListenerMetrics;
 use crate::dns::metrics::{DnsMetrics, buckets, opts, register};
 use crate::engine::Engine;
 use crate::model::IpFamily;
@@ -21,6 +22,8 @@ pub struct Metrics {
     registry: Registry,
     /// The DNS side's own metrics (queries, TCP, TLS, transfers, NOTIFY).
     pub dns: Arc<DnsMetrics>,
+    /// The operations listener's connections.
+    pub operations: ListenerMetrics,
     reconciles: IntCounter,
     reconcile_errors: IntCounter,
     reconcile_duration: Histogram,
@@ -45,8 +48,29 @@ impl Metrics {
         let registry = Registry::new();
         crate::ops::build_info::register(&registry);
         let histogram = |name, help| HistogramOpts::from(opts(name, help)).buckets(buckets());
+        let dns = Arc::new(DnsMetrics::new(&registry));
         Self {
-            dns: Arc::new(DnsMetrics::new(&registry)),
+            operations: ListenerMetrics {
+                open: register(
+                    &registry,
+                    IntGauge::with_opts(opts(
+                        "operations_connections",
+                        "Open connections to the operations listener (/metrics, /healthz, /readyz).",
+                    )),
+                ),
+                refused: register(
+                    &registry,
+                    IntCounterVec::new(
+                        opts(
+                            "operations_refused_total",
+                            "Connections to the operations listener closed at once, by the limit reached.",
+                        ),
+                        &["limit"],
+                    ),
+                ),
+                accept_errors: dns.accept_errors.clone(),
+            },
+            dns,
             reconciles: register(
                 &registry,
                 IntCounter::with_opts(opts(

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cli::{KubernetesArgs, ServeArgs, SourceKind, TcpArgs, TlsArgs};
-use crate::dns::{TcpLimits, TlsSettings};
+use crate::dns::{Caps, TcpLimits, TlsSettings};
 use crate::engine::{EngineSettings, VipSource};
-use crate::index::{Index, serial};
+use crate::index::Index;
+use crate::index::serial::{self, SerialFile};
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
 use crate::sources::kubernetes::readers::FactSources;
@@ -57,6 +58,17 @@ pub struct Kubernetes {
 /// imports only in the local cluster's namespaces (KEP-1645 "Namespace
 /// sameness").
 pub async fn assemble(args: &ServeArgs) -> anyhow::Result<Assembly> {
+    build(args, false).await
+}
+
+/// [`assemble`] for `serve`: in embedded mode the index also keeps its SOA
+/// serial's ceiling in the serial file (`index/serial.rs`), so a restart
+/// never serves a lower serial. The read-only commands write nothing.
+pub async fn assemble_serving(args: &ServeArgs) -> anyhow::Result<Assembly> {
+    build(args, true).await
+}
+
+async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
     let clusterset = &args.clusterset;
     let (engine, state_file, source) = match args.kubernetes.source {
         SourceKind::Manifests => {
@@ -90,12 +102,21 @@ pub async fn assemble(args: &ServeArgs) -> anyhow::Result<Assembly> {
             (engine, None, Source::Kubernetes(source))
         }
     };
+    let serial_file = match (&source, serving) {
+        (Source::Manifests(_), true) => {
+            Some(Arc::new(SerialFile::open(&clusterset.serial_file())?))
+        }
+        _ => None,
+    };
+    let now = serial::now();
+    let first_serial = serial_file.as_ref().map_or(now, |file| file.first(now));
     let index = Index::new(
         args.zone.clone(),
         args.ttl,
         args.cluster_targeting,
-        serial::now(),
+        first_serial,
     )
+    .with_serial_file(serial_file)
     .with_nameserver_addresses(nameserver_addresses(args))
     .with_reverse_zones(args.reverse_zones());
     Ok(Assembly {
@@ -143,8 +164,10 @@ pub fn tls_settings(args: &TlsArgs) -> TlsSettings {
 /// The limits of DNS over TCP (and TLS) as the flags set them.
 pub fn tcp_limits(args: &TcpArgs) -> TcpLimits {
     TcpLimits {
-        max_connections: args.tcp_max_connections,
-        max_per_client: args.tcp_max_connections_per_client,
+        caps: Caps {
+            total: args.tcp_max_connections,
+            per_client: args.tcp_max_connections_per_client,
+        },
         idle_timeout: Duration::from_secs(args.tcp_idle_timeout),
         write_timeout: Duration::from_secs(args.tcp_write_timeout),
         ..TcpLimits::default()

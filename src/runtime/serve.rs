@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::ServeArgs;
-use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
+use crate::cli::{OperationsArgs, ServeArgs};
+use crate::dns::{Caps, DnsServer, TlsListener, TransferPolicy, fit_open_files, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
@@ -76,17 +76,26 @@ impl Running {
 /// manifest directory (or connects to the Kubernetes API servers) in the
 /// background and keeps following it (SERVFAIL until the first sync is done).
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
-    let Assembly { pipeline, source } = assembly::assemble(&args).await?;
+    let Assembly { pipeline, source } = assembly::assemble_serving(&args).await?;
     let index = pipeline.index.clone();
     let nameservers = assembly::nameserver_addresses(&args);
     let metrics = Arc::new(Metrics::new());
     let tls = TlsListener::bind(&assembly::tls_settings(&args.tls)).await?;
     let tls_addr = tls.as_ref().map(TlsListener::local_addr).transpose()?;
-    let limits = assembly::tcp_limits(&args.tcp);
+    let (mut limits, mut tls_limits) = (
+        assembly::tcp_limits(&args.tcp),
+        assembly::tcp_limits(&args.tcp),
+    );
+    let mut ops = operations_settings(&args.operations);
+    let mut caps = vec![("tcp", &mut limits.caps), ("operations", &mut ops.caps)];
+    if tls.is_some() {
+        caps.push(("tls", &mut tls_limits.caps));
+    }
+    fit_open_files(&mut caps, args.udp_workers as u64);
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
-        limits.clone(),
+        limits,
         index.clone(),
         metrics.dns.clone(),
         TransferPolicy::new(args.transfer_allow.clone(), metrics.dns.clone()),
@@ -105,10 +114,16 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         published: published.clone(),
         max_sync_age: Duration::from_secs(args.max_sync_age),
     });
-    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health).await?;
+    let (metrics_addr, operations) = operations_listener(args.metrics_listen, health, ops).await?;
     let shutdown = dns.shutdown_token();
-    let tls =
-        tls.map(|tls| tls.serve(index.clone(), metrics.dns.clone(), limits, shutdown.clone()));
+    let tls = tls.map(|tls| {
+        tls.serve(
+            index.clone(),
+            metrics.dns.clone(),
+            tls_limits,
+            shutdown.clone(),
+        )
+    });
     let notifier = notify::run(
         index.clone(),
         args.notify.clone(),
@@ -166,19 +181,32 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     })
 }
 
+fn operations_settings(args: &OperationsArgs) -> http::Settings {
+    http::Settings {
+        caps: Caps {
+            total: args.metrics_max_connections,
+            per_client: args.metrics_max_connections_per_client,
+        },
+        header_timeout: Duration::from_secs(args.metrics_header_timeout),
+        idle_timeout: Duration::from_secs(args.metrics_idle_timeout),
+        debug_explain: args.debug_explain,
+    }
+}
+
 /// Binds the operations listener. A failure is fatal, as for DNS: without
 /// `/healthz` and `/readyz` the kubelet's probes would kill the server later,
 /// for a reason its log no longer shows.
 async fn operations_listener(
     listen: SocketAddr,
     health: Arc<Health>,
+    settings: http::Settings,
 ) -> anyhow::Result<(SocketAddr, Task)> {
     let listener = TcpListener::bind(listen).await.with_context(|| {
         format!("cannot serve /metrics, /healthz and /readyz on {listen} (see --metrics-listen)")
     })?;
     let addr = listener.local_addr()?;
     info!(listen = %addr, "serving /metrics, /healthz and /readyz");
-    Ok((addr, Box::pin(http::serve(listener, health))))
+    Ok((addr, Box::pin(http::serve(listener, health, settings))))
 }
 
 /// A task that runs for the life of the server.
