@@ -19,34 +19,29 @@ use crate::workloads::namespace;
 pub async fn members_use_their_own_service_accounts(set: &mut Clusterset) -> Result<()> {
     for member in &set.members {
         let id = &member.id;
-        let whoami = kubectl_as(
-            member,
-            false,
-            &[
+        let identities = [
+            (
+                false,
+                format!("system:serviceaccount:{DNS_NAMESPACE}:clusterset-dns"),
+            ),
+            (
+                true,
+                format!("system:serviceaccount:{BROKER_NAMESPACE}:clusterset-member-{id}"),
+            ),
+        ];
+        for (broker, expected) in identities {
+            let whoami = [
                 "auth",
                 "whoami",
                 "-o",
                 "jsonpath={.status.userInfo.username}",
-            ],
-        )?;
-        ensure!(
-            whoami == format!("system:serviceaccount:{DNS_NAMESPACE}:clusterset-dns"),
-            "{id}: the member is its ServiceAccount, not {whoami}"
-        );
-        let on_broker = kubectl_as(
-            member,
-            true,
-            &[
-                "auth",
-                "whoami",
-                "-o",
-                "jsonpath={.status.userInfo.username}",
-            ],
-        )?;
-        ensure!(
-            on_broker == format!("system:serviceaccount:{BROKER_NAMESPACE}:clusterset-member-{id}"),
-            "{id}: on the broker the member is its own ServiceAccount, not {on_broker}"
-        );
+            ];
+            let user = kubectl_as(member, broker, &whoami)?;
+            ensure!(
+                user == expected,
+                "{id} (broker: {broker}): the member is {expected}, not {user}"
+            );
+        }
         // (on the broker?, the request, the answer): what rbac-member.yaml
         // and rbac-broker.yaml grant, and a neighbour of each they do not.
         let table = [
