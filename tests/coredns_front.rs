@@ -128,33 +128,6 @@ impl fmt::Display for Transport {
     }
 }
 
-/// The block of `config/kubernetes/coredns-stanza.txt`, comments left
-/// out, on `port` of 127.0.0.1, with its `forward . <service-ip>` line
-/// replaced by `forward`.
-fn stanza(port: u16, forward: &str) -> String {
-    let path = Path::new(CRATE_ROOT).join("config/kubernetes/coredns-stanza.txt");
-    let text = fs::read_to_string(&path).expect("the stanza file");
-    let block: String = text
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    let (head, line) = ("clusterset.local:53 {\n", "    forward . <service-ip>\n");
-    for expected in [head, line] {
-        assert!(
-            block.contains(expected),
-            "{} has no line {expected:?}: {block}",
-            path.display()
-        );
-    }
-    block
-        .replace(
-            head,
-            &format!("clusterset.local:{port} {{\n    bind 127.0.0.1\n"),
-        )
-        .replace(line, forward)
-}
-
 /// The Corefile of a default cluster without the `kubernetes` plugin, on
 /// `port`: `.` forwarded to `resolv_conf`, and `zone_block`.
 fn corefile(port: u16, resolv_conf: SocketAddr, zone_block: &str) -> String {

@@ -5,6 +5,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod client;
+pub mod coredns;
 pub mod daemon;
 pub mod manifests;
 pub mod ops_http;
@@ -15,6 +16,7 @@ pub mod status;
 pub mod transfer;
 
 pub use client::*;
+pub use coredns::*;
 pub use daemon::*;
 pub use manifests::*;
 pub use ops_http::*;

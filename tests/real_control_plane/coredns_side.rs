@@ -1,4 +1,7 @@
-//! clusterset-dns beside CoreDNS's own multicluster answers: a CoreDNS
+//! CoreDNS and clusterset-dns on a real control plane. In front: a
+//! cluster's CoreDNS (the default Corefile, its `kubernetes` plugin reading
+//! west's API server) with the shipped stanza forwarding `clusterset.local`
+//! to west's clusterset-dns. Beside: a CoreDNS
 //! (built from its Go module) with `kubernetes cluster.local clusterset.local
 //! { multicluster clusterset.local }` reads the ServiceImports and MCS
 //! EndpointSlices clusterset-dns wrote into west, and both are asked the same
@@ -41,23 +44,39 @@ async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
     }
 }
 
-/// A CoreDNS reading west's API server, answering on 127.0.0.1.
-fn coredns(set: &Clusterset) -> Result<(Process, SocketAddr)> {
+/// A CoreDNS reading west's API server, answering on 127.0.0.1: with
+/// `multicluster`, CoreDNS's own answers for `clusterset.local`; without,
+/// a cluster's default Corefile plus the shipped stanza forwarding
+/// `clusterset.local` to west's clusterset-dns.
+fn coredns(set: &Clusterset, multicluster: bool) -> Result<(Process, SocketAddr)> {
     let west = &set.member("west").plane;
     let port = free_tcp_port();
-    let corefile = west.dir.join("Corefile");
-    std::fs::write(
-        &corefile,
+    let kubeconfig = west.admin_kubeconfig().display().to_string();
+    let text = if multicluster {
         format!(
-            ".:{port} {{\n    bind 127.0.0.1\n    errors\n    kubernetes cluster.local clusterset.local {{\n        kubeconfig {}\n        multicluster clusterset.local\n    }}\n}}\n",
-            west.admin_kubeconfig().display()
-        ),
-    )?;
+            ".:{port} {{\n    bind 127.0.0.1\n    errors\n    kubernetes cluster.local clusterset.local {{\n        kubeconfig {kubeconfig}\n        multicluster clusterset.local\n    }}\n}}\n"
+        )
+    } else {
+        // The `.:53` block kubeadm writes, its upstream a port nobody
+        // answers (no network here), and the stanza beside it.
+        let nobody = free_tcp_port();
+        let ours = set.member("west").dns();
+        format!(
+            ".:{port} {{\n    bind 127.0.0.1\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n        kubeconfig {kubeconfig}\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n    forward . 127.0.0.1:{nobody}\n    cache 30\n    loadbalance\n}}\n{}",
+            crate::common::stanza(port, &format!("    forward . {ours}\n"))
+        )
+    };
+    let corefile = west.dir.join(if multicluster {
+        "Corefile.multicluster"
+    } else {
+        "Corefile"
+    });
+    std::fs::write(&corefile, text)?;
     let process = Process::spawn(
         "coredns",
         &bin_dir().join("coredns"),
         &["-conf".into(), corefile.display().to_string()],
-        &west.dir.join("coredns.log"),
+        &corefile.with_extension("log"),
     )?;
     Ok((process, ([127, 0, 0, 1], port).into()))
 }
@@ -107,7 +126,7 @@ async fn services(set: &Clusterset) -> Result<()> {
 /// Both servers asked the same questions of west's view.
 pub async fn coredns_multicluster_answers_side_by_side(set: &mut Clusterset) -> Result<()> {
     services(set).await?;
-    let (mut process, core) = coredns(set)?;
+    let (mut process, core) = coredns(set, true)?;
     let ours = set.member("west").dns();
     // CoreDNS answers once its informers synced.
     let web = fqdn("web", NS);
@@ -186,5 +205,64 @@ pub async fn coredns_multicluster_answers_side_by_side(set: &mut Clusterset) -> 
         "answers KEP-1645 decides differ:\n{}",
         disagreements.join("\n")
     );
+    Ok(())
+}
+
+/// A cluster's CoreDNS in front (its default Corefile and the shipped
+/// stanza): pods asking it get clusterset-dns's answers for
+/// `clusterset.local`, and CoreDNS's own for `cluster.local`.
+pub async fn a_cluster_coredns_forwards_clusterset_local(set: &mut Clusterset) -> Result<()> {
+    // The services of the side-by-side scenario, when it did not run.
+    let west: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(set.member("west").admin.clone(), NS);
+    if west.get_opt("web").await?.is_none() {
+        services(set).await?;
+    }
+    let (mut process, front) = coredns(set, false)?;
+    let ours = set.member("west").dns();
+    let web = fqdn("web", NS);
+    eventually(CONVERGE, "CoreDNS in front answers web", async || {
+        process.check_alive().map_err(|e| e.to_string())?;
+        let (a, b) = (
+            ask(ours, &web, RecordType::A).await,
+            ask(front, &web, RecordType::A).await,
+        );
+        if a == b && !a.records.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(format!("ours {a:?}, through CoreDNS {b:?}"))
+        }
+    })
+    .await?;
+    for (name, rtype) in [
+        (fqdn("db", NS), RecordType::A),
+        (fqdn("db-0.west.db", NS), RecordType::A),
+        (fqdn("api", NS), RecordType::AAAA),
+        (fqdn("web", NS), RecordType::AAAA),
+        (
+            format!("_postgres._tcp.{}", fqdn("db", NS)),
+            RecordType::SRV,
+        ),
+        (fqdn("nothing-here", NS), RecordType::A),
+        (fqdn("solo", "lonely"), RecordType::A),
+    ] {
+        let (a, b) = (
+            ask(ours, &name, rtype).await,
+            ask(front, &name, rtype).await,
+        );
+        ensure!(a == b, "{name} {rtype}: ours {a:?}, through CoreDNS {b:?}");
+    }
+    // The cluster's own names still come from CoreDNS's kubernetes plugin.
+    let api = ask(
+        front,
+        "kubernetes.default.svc.cluster.local.",
+        RecordType::A,
+    )
+    .await;
+    ensure!(
+        api.code == ResponseCode::NoError && api.records.len() == 1,
+        "kubernetes.default.svc.cluster.local through CoreDNS: {api:?}"
+    );
+    process.kill();
     Ok(())
 }

@@ -74,16 +74,27 @@ pub async fn import_lives_while_any_cluster_exports(set: &mut Clusterset) -> Res
             member.id
         );
     }
+    // The export conditions are a status patch of their own, written after
+    // the import: waited for.
     for id in ["east", "west"] {
-        let conditions = export_conditions(&set.member(id).admin, NS, "web").await?;
-        for expected in [("Valid", "True"), ("Conflict", "False")] {
-            ensure!(
-                conditions
-                    .iter()
-                    .any(|(t, s, _)| (t.as_str(), s.as_str()) == expected),
-                "{id}: export condition {expected:?} in {conditions:?}"
-            );
-        }
+        let admin = &set.member(id).admin;
+        eventually(
+            CONVERGE,
+            &format!("{id}: web's export Valid, no Conflict"),
+            async || {
+                let conditions = export_conditions(admin, NS, "web")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let has =
+                    |t: &str, v: &str| conditions.iter().any(|(ty, st, _)| ty == t && st == v);
+                if has("Valid", "True") && has("Conflict", "False") {
+                    Ok(Some(()))
+                } else {
+                    Err(format!("{conditions:?}"))
+                }
+            },
+        )
+        .await?;
     }
     // Each member holds a slice per exporting cluster, owned by its import.
     let both = BTreeSet::from([

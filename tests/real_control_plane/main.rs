@@ -88,6 +88,7 @@ async fn run(filters: &[String]) -> ExitCode {
         exports::ip_families_are_intersected,
         exports::concurrent_exports_never_share_a_vip,
         coredns_side::coredns_multicluster_answers_side_by_side,
+        coredns_side::a_cluster_coredns_forwards_clusterset_local,
         ownership::an_import_deleted_by_hand_is_restored,
         ownership::a_namespace_deleted_in_a_member,
         faults::the_broker_namespace_emptied_is_rebuilt,

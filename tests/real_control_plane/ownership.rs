@@ -86,7 +86,15 @@ pub async fn an_import_deleted_by_hand_is_restored(set: &mut Clusterset) -> Resu
     ]);
     mcs_slices_become(set, "west", NS, "web", &both).await?;
     for member in &set.members {
-        slices_owned_by_import(set, &member.id).await?;
+        eventually(
+            CONVERGE,
+            &format!("{}: MCS slices owned by the import", member.id),
+            async || match slices_owned_by_import(set, &member.id).await {
+                Ok(_) => Ok(Some(())),
+                Err(e) => Err(e.to_string()),
+            },
+        )
+        .await?;
     }
     let west = set.member("west").admin.clone();
     let own = slices(&west, NS, "kubernetes.io/service-name=web").await?;

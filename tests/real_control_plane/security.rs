@@ -10,7 +10,9 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::clusterset::{BROKER_NAMESPACE, Clusterset, DNS_NAMESPACE, kubectl_as, member_client};
+use crate::clusterset::{
+    BROKER_NAMESPACE, CONVERGE, Clusterset, DNS_NAMESPACE, eventually, kubectl_as, member_client,
+};
 use crate::workloads::namespace;
 
 /// `kubectl auth whoami` and `kubectl auth can-i` with each member's own
@@ -135,17 +137,21 @@ pub async fn the_endpointslice_policy_admits_only_mcs_slices(set: &mut Clusterse
         let own = member_client(member).await?;
         let slices: Api<EndpointSlice> = Api::namespaced(own, "policy");
         let plain = slice("plain", json!({"kubernetes.io/service-name": "web"}));
-        let refused = slices
-            .create(&PostParams::default(), &plain)
-            .await
-            .err()
-            .with_context(|| {
-                format!("{id}: a Service's slice written by clusterset-dns is refused")
-            })?;
+        // A new policy takes effect once the API server has loaded it.
+        let refused = eventually(
+            CONVERGE,
+            &format!("{id}: the policy refuses a plain slice"),
+            async || match slices.create(&PostParams::default(), &plain).await {
+                Err(e) => Ok(Some(e.to_string())),
+                Ok(_) => {
+                    let _ = slices.delete("plain", &Default::default()).await;
+                    Err("admitted".to_owned())
+                }
+            },
+        )
+        .await?;
         ensure!(
-            refused
-                .to_string()
-                .contains("clusterset-dns may only write EndpointSlices"),
+            refused.contains("clusterset-dns may only write EndpointSlices"),
             "{id}: refused by the policy's message: {refused}"
         );
         let mcs = slice(
