@@ -20,7 +20,7 @@ use hickory_proto::rr::RecordType;
 use crate::check::{agreed_vip, answers_everywhere, fqdn, ips};
 use crate::clusterset::{CONVERGE, Clusterset, eventually};
 use crate::control_plane::{Process, bin_dir, free_tcp_port};
-use crate::workloads::{export, namespace, pod, service};
+use crate::workloads::{export, exported_with_pod, namespace, pod, service};
 
 const NS: &str = "side";
 
@@ -88,21 +88,12 @@ async fn services(set: &Clusterset) -> Result<()> {
     for (id, octet) in [("east", 1), ("west", 2)] {
         let admin = &set.member(id).admin;
         namespace(admin, NS).await?;
-        service(admin, NS, "web", false, &["IPv4"], &[("http", 80)]).await?;
-        pod(
-            admin,
-            NS,
-            "web",
-            "web-1",
-            &[&format!("10.{octet}.7.1")],
-            false,
-        )
-        .await?;
+        exported_with_pod(admin, NS, "web", false, &format!("10.{octet}.7.1")).await?;
         service(admin, NS, "db", true, &["IPv4"], &[("postgres", 5432)]).await?;
         pod(admin, NS, "db", "db-0", &[&format!("10.{octet}.8.1")], true).await?;
         let cart = if id == "east" { 80 } else { 8080 };
         service(admin, NS, "cart", false, &["IPv4"], &[("http", cart)]).await?;
-        for name in ["web", "db", "cart"] {
+        for name in ["db", "cart"] {
             export(admin, NS, name).await?;
         }
     }

@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, ListParams};
 
 use crate::check::{agreed_vip, answers, answers_everywhere, fqdn, ips};
 use crate::clusterset::{BROKER_NAMESPACE, CONVERGE, Clusterset, DNS_NAMESPACE, eventually};
-use crate::workloads::{export, imports, namespace, pod, service, set_ready};
+use crate::workloads::{export, exported_with_pod, imports, namespace, pod, service, set_ready};
 
 const NS: &str = "faults";
 
@@ -26,9 +26,7 @@ async fn watched(set: &Clusterset, name: &str, octet: u8) -> Result<([String; 2]
     for (id, ip) in [("east", &both[0]), ("west", &both[1])] {
         let admin = &set.member(id).admin;
         namespace(admin, NS).await?;
-        service(admin, NS, name, true, &["IPv4"], &[("http", 80)]).await?;
-        pod(admin, NS, name, &format!("{name}-1"), &[ip.as_str()], false).await?;
-        export(admin, NS, name).await?;
+        exported_with_pod(admin, NS, name, true, ip).await?;
     }
     namespace(&set.member("north").admin, NS).await?;
     let fqdn = fqdn(name, NS);

@@ -15,7 +15,7 @@ use kube::api::DeleteParams;
 use crate::check::{agreed_vip, answers, fqdn, import_becomes, mcs_slices_become, status_clusters};
 use crate::clusterset::{CONVERGE, Clusterset, eventually};
 use crate::common::Outcome;
-use crate::workloads::{export, imports, namespace, pod, service, slices};
+use crate::workloads::{exported_with_pod, imports, namespace, slices};
 
 const NS: &str = "owned";
 
@@ -23,17 +23,7 @@ async fn setup(set: &Clusterset) -> Result<()> {
     for (id, octet) in [("east", 1), ("west", 2)] {
         let admin = &set.member(id).admin;
         namespace(admin, NS).await?;
-        service(admin, NS, "web", false, &["IPv4"], &[("http", 80)]).await?;
-        pod(
-            admin,
-            NS,
-            "web",
-            "web-1",
-            &[&format!("10.{octet}.2.1")],
-            false,
-        )
-        .await?;
-        export(admin, NS, "web").await?;
+        exported_with_pod(admin, NS, "web", false, &format!("10.{octet}.2.1")).await?;
     }
     namespace(&set.member("north").admin, NS).await
 }

@@ -191,6 +191,20 @@ pub async fn export(client: &Client, ns: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// An IPv4 Service `name` on `http:80` (headless or not), one Pod
+/// `<name>-1` at `ip` behind it, and its ServiceExport.
+pub async fn exported_with_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    headless: bool,
+    ip: &str,
+) -> Result<()> {
+    service(client, ns, name, headless, &["IPv4"], &[("http", 80)]).await?;
+    pod(client, ns, name, &format!("{name}-1"), &[ip], false).await?;
+    export(client, ns, name).await
+}
+
 /// Deletes a ServiceExport.
 pub async fn unexport(client: &Client, ns: &str, name: &str) -> Result<()> {
     exports(client, ns)
