@@ -11,10 +11,13 @@ mod fake_apiserver;
 mod kube_clusterset;
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use clusterset_dns::engine::vip::{VipAllocator, VipPools};
+use clusterset_dns::k8s::records;
 use clusterset_dns::model::{IpFamily, ServiceKey};
+use clusterset_dns::writeback::vip_claims::VipClaims;
 use common::*;
 use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
@@ -224,17 +227,11 @@ async fn when_every_exporter_is_dead_the_import_is_not_ready() {
     until_answered(&set, "north", DB, ips(["10.3.0.40"])).await;
 }
 
-/// The broker loses everything (namespace wiped, or restored from a backup
-/// older than the services): every member re-publishes its exports at once
-/// (well within one 60 s resync), and the VIPs stay the same in every
-/// member's ServiceImport and DNS answers, since each member re-claims the
-/// VIPs its ServiceImport carries first (KEP-1645: a VIP is stable for the
-/// import's life), even one that is not the service's first candidate.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
-    let set = three().await;
-    // web's first candidate is claimed by another service, so web holds its
-    // second: re-allocating after the wipe would pick the first.
+/// web's first candidate claimed by another service, so that web holds its
+/// second: re-allocating would pick the first. East and west export `db` and
+/// `web`, north `api`; returns web's first candidate and the VIPs of `web`
+/// and `api` once every member carries them.
+async fn web_on_its_second_candidate(set: &KubeClusterset) -> (IpAddr, Vec<Vec<IpAddr>>) {
     let first = VipAllocator::new(VipPools::default())
         .candidates(&ServiceKey::new("shop", "web"), IpFamily::IPv4)
         .next()
@@ -242,21 +239,20 @@ async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
     let claim = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {
-            "name": format!("clusterset-vip-{}", first.to_string().replace('.', "-")),
+            "name": claim_name(first),
             "namespace": BROKER_NAMESPACE,
             "labels": {"clusterset-dns.io/vip-claim": "true"},
         },
         "data": {"address": first.to_string(), "service": "shop/elsewhere"},
     });
     set.broker.put_raw(claim).unwrap();
-    export_db_and_web(&set);
+    export_db_and_web(set);
     set.apply(
         "north",
         cluster_ip("shop", "api", &["10.2.0.11"]).exported(),
     );
-    let names = ["web", "api"];
     let mut vips = Vec::new();
-    for name in names {
+    for name in ["web", "api"] {
         eventually_within(
             CONVERGE,
             &format!("{name} has its VIP in every member"),
@@ -271,20 +267,178 @@ async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
         .await;
         vips.push(import_ips(&set.import("east", "shop", name).unwrap()));
     }
+    assert_ne!(vips[0], [first], "web holds its second candidate");
+    (first, vips)
+}
+
+/// The name of the claim on an IPv4 address.
+fn claim_name(ip: IpAddr) -> String {
+    format!("clusterset-vip-{}", ip.to_string().replace('.', "-"))
+}
+
+/// Every member's ServiceImport of `shop/web` carries `vip`, and DNS answers it.
+async fn web_keeps(set: &KubeClusterset, vip: &[IpAddr]) {
+    for id in ["east", "north", "west"] {
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: web keeps its VIP"),
+            Some(vip.to_vec()),
+            || async { set.import(id, "shop", "web").map(|i| import_ips(&i)) },
+        )
+        .await;
+        until_answered(set, id, WEB, Outcome::Ips(vip.iter().copied().collect())).await;
+    }
+}
+
+/// The broker loses the claims but keeps the VIP records (an operator's
+/// clean-up, a partial restore): the members write the claims again, so no
+/// other service can take an address a VIP record lists (KEP-1645: a VIP
+/// belongs to one service; the claim is what makes it so, see
+/// ARCHITECTURE.md, "Choices that need a reason").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_claims_are_written_again_while_their_record_stands() {
+    let set = three().await;
+    let (_, vips) = web_on_its_second_candidate(&set).await;
+    let claims = set.claims();
+    for claim in set.broker_objects("", "configmaps") {
+        let name = claim["metadata"]["name"].as_str().unwrap();
+        if !claim["data"]["service"]
+            .as_str()
+            .unwrap()
+            .ends_with("/elsewhere")
+        {
+            set.broker
+                .remove_raw("", "configmaps", Some(BROKER_NAMESPACE), name);
+        }
+    }
+    assert_ne!(set.claims(), claims);
+    eventually_within(CONVERGE, "the claims written again", claims, || async {
+        set.claims()
+    })
+    .await;
+    web_keeps(&set, &vips[0]).await;
+}
+
+/// A claim deleted between a member's create (409: it exists) and its read
+/// of the holder (404), as when a broker is being emptied while members
+/// re-claim: the member creates it again rather than take the next address
+/// (KEP-1645: the VIP is stable for the import's life). Called directly: the
+/// moment cannot be timed through running members.
+#[tokio::test]
+async fn a_claim_gone_between_create_and_read_keeps_the_vip() {
+    let broker = fake_apiserver::FakeApiServer::start().await;
+    broker.create_namespace(BROKER_NAMESPACE);
+    let claims = VipClaims::new(broker.client(), BROKER_NAMESPACE);
+    let web = ServiceKey::new("shop", "web");
+    let [vip, next]: [IpAddr; 2] = ["243.0.0.7", "243.0.0.8"].map(|a| a.parse().unwrap());
+    let held = claims.ensure(&web, &[IpFamily::IPv4], |_| vec![vip]).await;
+    assert_eq!(held.unwrap(), [vip]);
+    let name = claim_name(vip);
+    let record = records::vip_record_name(&web);
+    broker.remove_raw(
+        "multicluster.x-k8s.io",
+        "serviceimports",
+        Some(BROKER_NAMESPACE),
+        &record,
+    );
+    // Twice: the VIP may come again among the candidates.
+    broker.fail_requests_matching(2, 404, move |r| {
+        r.verb == fake_apiserver::Verb::Get
+            && r.resource == "configmaps"
+            && r.name.as_deref() == Some(name.as_str())
+    });
+    let again = claims
+        .ensure(&web, &[IpFamily::IPv4], |_| vec![vip, vip, next])
+        .await;
+    assert_eq!(again.unwrap(), [vip], "web keeps its VIP");
+    assert_eq!(broker.pending_failures(), 0, "both 404s were served");
+    let holders: BTreeSet<_> = claims.list().await.unwrap().into_iter().collect();
+    assert_eq!(
+        holders,
+        BTreeSet::from([(vip.to_string(), web.to_string())]),
+        "no claim on the next address"
+    );
+}
+
+/// Members whose ServiceImports carry different VIPs when the broker has
+/// lost its records (west's was changed while it was down, as a member that
+/// rejoins from another broker would): the oldest export's cluster decides
+/// (ARCHITECTURE.md, "Choices that need a reason"). West, back a second
+/// before east, leaves the claiming to east, whose export is older, and
+/// adopts east's VIP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_disagree_keep_the_oldest_exports_vip() {
+    let mut set = three().await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    eventually_within(CONVERGE, "east's web has a VIP", 1, || async {
+        set.import("east", "shop", "web")
+            .map_or(0, |i| i.spec.ips.len())
+    })
+    .await;
+    set.apply("west", cluster_ip("shop", "web", &["10.3.0.10"]).exported());
+    let vip = import_ips(&set.import("east", "shop", "web").unwrap());
+    web_keeps(&set, &vip).await;
+    eventually_within(CONVERGE, "west's web lists east first", true, || async {
+        set.import("west", "shop", "web")
+            .and_then(|i| i.status)
+            .is_some_and(|s| s.clusters.len() == 2 && s.clusters[0].cluster == "east")
+    })
+    .await;
+    let (east, west) = (0, 2);
+    set.stop_replica(east, 0).await;
+    set.stop_replica(west, 0).await;
+    let elsewhere = "243.1.2.3";
+    let mut theirs = set
+        .member("west")
+        .api
+        .get_raw(
+            "multicluster.x-k8s.io",
+            "serviceimports",
+            Some("shop"),
+            "web",
+        )
+        .unwrap();
+    theirs["spec"]["ips"] = json!([elsewhere]);
+    set.member("west").api.put_raw(theirs).unwrap();
+    set.wipe_broker();
+    set.add_replica(west).await;
+    let ops = set.member("west").servers[0].running().metrics_addr;
+    eventually_within(CONVERGE, "west leads", 1.0, || {
+        scrape(ops, "clusterset_dns_leader")
+    })
+    .await;
+    // Long enough for west to claim, were it not waiting for east.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set.add_replica(east).await;
+    web_keeps(&set, &vip).await;
+    let claims: Vec<_> = set.claims().into_iter().map(|(ip, _)| ip).collect();
+    assert_eq!(claims, [vip[0].to_string()], "only east's VIP is claimed");
+}
+
+/// The broker loses everything (namespace wiped, or restored from a backup
+/// older than the services): every member re-publishes its exports at once
+/// (well within one 60 s resync), and the VIPs stay the same in every
+/// member's ServiceImport and DNS answers, since each member re-claims the
+/// VIPs its ServiceImport carries first (KEP-1645: a VIP is stable for the
+/// import's life), even one that is not the service's first candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
+    let set = three().await;
+    let (first, vips) = web_on_its_second_candidate(&set).await;
+    let names = ["web", "api"];
     let records = set
         .broker_objects("multicluster.x-k8s.io", "serviceimports")
         .len();
     let slices = set
         .broker_objects("discovery.k8s.io", "endpointslices")
         .len();
-    assert_ne!(vips[0], [first], "web holds its second candidate");
     let mut claims = set.claims();
     claims.remove(&(first.to_string(), "shop/elsewhere".to_owned()));
 
     let wiped = Instant::now();
     set.wipe_broker();
     // Every member's ServiceImports keep their VIPs throughout.
-    let mut seen: BTreeSet<(String, &str, Vec<std::net::IpAddr>)> = BTreeSet::new();
+    let mut seen: BTreeSet<(String, &str, Vec<IpAddr>)> = BTreeSet::new();
     loop {
         for id in ["east", "north", "west"] {
             for name in names {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
@@ -44,7 +44,7 @@ use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
 use crate::writeback::queue::WorkQueue;
 use crate::writeback::seen::Follow;
-use crate::writeback::vip_claims::VipClaims;
+use crate::writeback::vip_claims::{self, VipClaims};
 use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
 
 /// Writers working on different services at once.
@@ -211,6 +211,13 @@ impl Controller {
             "written/endpointslices",
             caches.local_slices.clone(),
         );
+        self.written::<ConfigMap>(
+            Api::namespaced(self.connection.broker.clone(), &self.args.broker_namespace),
+            vip_claims::CLAIM_SELECTOR,
+            "",
+            "broker/vip-claims",
+            caches.claims.clone(),
+        );
         names.push(self.watch_namespaces(namespaces, writer));
         (caches, names.into_iter().collect())
     }
@@ -369,6 +376,7 @@ impl Controller {
                     queue.done(&key);
                     match result {
                         Ok(()) => failures.succeeded(&key),
+                        Err(WriteError::Waiting(wait)) => queue_after(&queue, key, wait),
                         Err(error) => failures.retry_later(&queue, key, &error),
                     }
                 }
@@ -450,14 +458,19 @@ impl Failures {
         };
         let delay = (Duration::from_millis(20) * 2u32.pow(failed.min(10))).min(MAX_BACKOFF);
         warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
-        let queue = queue.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.add(key);
-        });
+        queue_after(queue, key, delay);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, u32>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Queues `key` again after `delay`.
+fn queue_after(queue: &Arc<WorkQueue>, key: ServiceKey, delay: Duration) {
+    let queue = queue.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        queue.add(key);
+    });
 }

@@ -7,8 +7,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 use kube::Resource;
@@ -31,6 +33,12 @@ impl Owned for ServiceImport {
     fn owned_digest(&self) -> u64 {
         let meta = &self.metadata;
         digest(&(&self.spec, &meta.labels, &meta.annotations))
+    }
+}
+
+impl Owned for ConfigMap {
+    fn owned_digest(&self) -> u64 {
+        digest(&(&self.data, &self.metadata.labels))
     }
 }
 
@@ -181,6 +189,9 @@ pub struct SeenStore<K, X> {
     keep: Keep<K, X>,
     state: RwLock<State<X>>,
     relist: Mutex<Option<State<X>>>,
+    /// Whether a full list has been kept: before it, a missing object may
+    /// exist.
+    listed: AtomicBool,
 }
 
 /// A watch event's effect on a store, for a watch that feeds one without
@@ -197,6 +208,7 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
             keep,
             state: RwLock::new(State::default()),
             relist: Mutex::new(None),
+            listed: AtomicBool::new(false),
         }
     }
 
@@ -204,6 +216,12 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Seen<X>>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state.objects.get(&id(namespace, name)).cloned()
+    }
+
+    /// Whether the watch has listed everything once, so that an object
+    /// missing here is missing on the server (as of the watch).
+    pub fn listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
     }
 
     /// The names of the kept objects of `service`.
@@ -272,6 +290,7 @@ where
             Event::InitDone => {
                 let fresh = self.relist.lock().unwrap_or_else(|e| e.into_inner()).take();
                 *self.state.write().unwrap_or_else(|e| e.into_inner()) = fresh.unwrap_or_default();
+                self.listed.store(true, Ordering::Release);
                 None
             }
         }

@@ -32,6 +32,8 @@ use crate::model::{IpFamily, ServiceKey};
 
 /// Label marking VIP claims.
 const LABEL_CLAIM: &str = "clusterset-dns.io/vip-claim";
+/// Selects the VIP claims.
+pub const CLAIM_SELECTOR: &str = "clusterset-dns.io/vip-claim=true";
 /// Attempts before giving up for now (the caller retries later).
 const ATTEMPTS: u32 = 8;
 
@@ -45,8 +47,18 @@ pub enum ClaimError {
     #[error("no free {0} VIP among the candidates")]
     Exhausted(IpFamily),
     /// Other writers kept winning.
-    #[error("VIP record kept changing under us ({ATTEMPTS} attempts)")]
+    #[error("VIP record or claim kept changing under us ({ATTEMPTS} attempts)")]
     Contended,
+}
+
+/// What creating a claim found.
+enum Taken {
+    /// The claim was created: the address is `key`'s now.
+    Created,
+    /// `key` held it already.
+    Held,
+    /// Another service holds it (`<namespace>/<name>`).
+    ByOther(String),
 }
 
 /// VIP claims and records in the broker namespace.
@@ -148,34 +160,67 @@ impl VipClaims {
         mine: &mut Vec<IpAddr>,
     ) -> Result<IpAddr, ClaimError> {
         for ip in candidates {
+            match self.take(key, ip).await? {
+                Taken::Created => {
+                    mine.push(ip);
+                    return Ok(ip);
+                }
+                Taken::Held => return Ok(ip),
+                Taken::ByOther(holder) => {
+                    debug!(service = %key, %ip, %holder, "address claimed already; trying the next");
+                }
+            }
+        }
+        Err(ClaimError::Exhausted(family))
+    }
+
+    /// Writes the claim of `ip` for `key` again where it went missing while
+    /// the VIP record listing it stands (the broker lost it, or an operator
+    /// deleted it): without it another service could claim the address.
+    /// Returns the holder when another service claimed it first.
+    pub async fn restore(
+        &self,
+        key: &ServiceKey,
+        ip: IpAddr,
+    ) -> Result<Option<String>, ClaimError> {
+        Ok(match self.take(key, ip).await? {
+            Taken::Created | Taken::Held => None,
+            Taken::ByOther(holder) => Some(holder),
+        })
+    }
+
+    /// Creates the claim of `ip` for `key`, or says who holds it. A claim
+    /// that exists on create and is gone on the read that follows (deleted
+    /// in between, as when the broker is being emptied) is tried again:
+    /// read as "held by another" it would move the VIP to the next address.
+    async fn take(&self, key: &ServiceKey, ip: IpAddr) -> Result<Taken, ClaimError> {
+        for _ in 0..ATTEMPTS {
             match self
                 .claims
                 .create(&PostParams::default(), &claim(key, ip))
                 .await
             {
-                Ok(_) => {
-                    mine.push(ip);
-                    return Ok(ip);
-                }
+                Ok(_) => return Ok(Taken::Created),
                 Err(e) if is_code(&e, 409) => {
-                    let holder = self.claims.get_opt(&claim_name(ip)).await?;
-                    let holder = holder.as_ref().and_then(claim_holder);
-                    if holder == Some(key.to_string()) {
-                        return Ok(ip);
-                    }
-                    debug!(service = %key, %ip, ?holder, "address claimed already; trying the next");
+                    let Some(holder) = self.claims.get_opt(&claim_name(ip)).await? else {
+                        continue;
+                    };
+                    return Ok(match claim_holder(&holder) {
+                        Some(h) if h == key.to_string() => Taken::Held,
+                        h => Taken::ByOther(h.unwrap_or_default()),
+                    });
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(ClaimError::Exhausted(family))
+        Err(ClaimError::Contended)
     }
 
     /// Every claim: (address, the `<namespace>/<name>` holding it), read only.
     pub async fn list(&self) -> Result<Vec<(String, String)>, kube::Error> {
         let claims = self
             .claims
-            .list(&ListParams::default().labels(&format!("{LABEL_CLAIM}=true")))
+            .list(&ListParams::default().labels(CLAIM_SELECTOR))
             .await?;
         Ok(claims
             .items
@@ -226,7 +271,7 @@ impl VipClaims {
     ) -> Result<usize, kube::Error> {
         let claims = self
             .claims
-            .list(&ListParams::default().labels(&format!("{LABEL_CLAIM}=true")))
+            .list(&ListParams::default().labels(CLAIM_SELECTOR))
             .await?;
         let now = jiff::Timestamp::now();
         let mut swept = 0;
@@ -278,7 +323,7 @@ impl VipClaims {
 
 /// The name of the claim on an address: `clusterset-vip-243-0-0-1`,
 /// `clusterset-vip-fd00-c5e7-0-0-0-0-0-1`.
-fn claim_name(ip: IpAddr) -> String {
+pub fn claim_name(ip: IpAddr) -> String {
     let address = match ip {
         IpAddr::V4(v4) => v4.to_string().replace('.', "-"),
         IpAddr::V6(v6) => v6
@@ -311,6 +356,13 @@ fn claim(key: &ServiceKey, ip: IpAddr) -> ConfigMap {
 
 fn claim_holder(claim: &ConfigMap) -> Option<String> {
     claim.data.as_ref()?.get("service").cloned()
+}
+
+/// The service holding a claim.
+pub fn claim_service(claim: &ConfigMap) -> Option<ServiceKey> {
+    let holder = claim.data.as_ref()?.get("service")?;
+    let (namespace, name) = holder.split_once('/')?;
+    Some(ServiceKey::new(namespace, name))
 }
 
 #[cfg(test)]

@@ -15,10 +15,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -31,7 +32,7 @@ use serde_json::json;
 use super::api::is_code;
 use super::seen::{Keep, Owned, SeenStore, Version, conditions_digest};
 use super::slices;
-use super::vip_claims::{ClaimError, VipClaims};
+use super::vip_claims::{self, ClaimError, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{ClusterStatus, ServiceImportStatus};
@@ -43,6 +44,9 @@ use crate::ops::metrics::Metrics;
 
 /// How many VIP candidates per family a claim round tries.
 const CANDIDATES: usize = 64;
+/// How long a member other than the oldest export's cluster leaves the
+/// claiming of missing VIPs to that cluster (see [`Writer::waits`]).
+const DEFER: Duration = Duration::from_secs(5);
 
 /// What the writer compares against, kept from watches (see [`super::seen`]).
 #[derive(Clone)]
@@ -61,6 +65,8 @@ pub struct Caches {
     pub local_exports: Arc<SeenStore<ServiceExport, Vec<K8sCondition>>>,
     /// The local cluster's namespaces.
     pub namespaces: Store<Namespace>,
+    /// The VIP claims on the broker, by the service holding each.
+    pub claims: Arc<SeenStore<ConfigMap, ()>>,
 }
 
 /// What the writer reads of a ServiceImport it wrote, besides its version.
@@ -118,6 +124,10 @@ impl Caches {
                 service: |export| named(&export.metadata),
             })),
             namespaces,
+            claims: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(|_| Some(())),
+                service: vip_claims::claim_service,
+            })),
         }
     }
 }
@@ -170,6 +180,9 @@ pub struct Writer {
     caches: Caches,
     state: Arc<dyn EngineReader>,
     metrics: Arc<Metrics>,
+    /// Services whose VIPs are missing, since when this member waits for
+    /// the oldest export's cluster to claim them.
+    waiting: Mutex<HashMap<ServiceKey, Instant>>,
 }
 
 /// What the engine knows of one service, copied out of its lock.
@@ -188,6 +201,9 @@ pub enum WriteError {
     /// VIPs could not be settled.
     #[error(transparent)]
     Vips(#[from] ClaimError),
+    /// The oldest export's cluster claims the VIPs: try again after this.
+    #[error("waiting {0:?} for the oldest export's cluster to claim the VIPs")]
+    Waiting(Duration),
 }
 
 impl Writer {
@@ -209,6 +225,7 @@ impl Writer {
             caches,
             state,
             metrics,
+            waiting: Mutex::default(),
         }
     }
 
@@ -351,24 +368,31 @@ impl Writer {
         let needs_vips =
             import.is_some_and(|i| i.type_ == ImportType::ClusterSetIP && i.clusterset_ip);
         if let Some(import) = import.filter(|_| needs_vips) {
-            let have = import.vips.len() == import.ip_families.len();
-            if !have {
-                let candidates = |family| {
-                    snapshot
-                        .candidates
-                        .get(&family)
-                        .cloned()
-                        .unwrap_or_default()
-                };
-                let vips = self
-                    .claims
-                    .ensure(key, &import.ip_families, candidates)
-                    .await?;
-                self.metrics.api_write("VipClaim", "settled");
-                tracing::debug!(service = %key, ?vips, "VIPs settled");
+            if import.vips.len() == import.ip_families.len() {
+                self.settled(key);
+                self.keep_claims(key, &import.vips).await?;
+                return Ok(false);
             }
-            return Ok(!have);
+            if let Some(wait) = self.waits(key, import) {
+                return Err(WriteError::Waiting(wait));
+            }
+            let candidates = |family| {
+                snapshot
+                    .candidates
+                    .get(&family)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let vips = self
+                .claims
+                .ensure(key, &import.ip_families, candidates)
+                .await?;
+            self.settled(key);
+            self.metrics.api_write("VipClaim", "settled");
+            tracing::debug!(service = %key, ?vips, "VIPs settled");
+            return Ok(true);
         }
+        self.settled(key);
         let record = records::vip_record_name(key);
         let recorded = self
             .caches
@@ -381,6 +405,68 @@ impl Writer {
             self.metrics.api_write("VipClaim", "released");
         }
         Ok(false)
+    }
+
+    /// How long this member still leaves the claiming of `key`'s missing VIPs
+    /// to the cluster of its oldest export (`None`: claim now). One rule
+    /// decides where members' ServiceImports carry different VIPs after the
+    /// broker lost its records (ARCHITECTURE.md, "Choices that need a
+    /// reason"): that cluster re-claims first, the VIPs its ServiceImport
+    /// carries first; the others adopt its record, and claim themselves only
+    /// if none appears within [`DEFER`] (that cluster is down). Which cluster
+    /// that is comes from this member's ServiceImport while it carries VIPs
+    /// (its `status.clusters`, oldest first): a broker that lost its records
+    /// lost the other clusters' exports too, until they write them again.
+    fn waits(&self, key: &ServiceKey, import: &Import) -> Option<Duration> {
+        let written = self.caches.local_imports.get(&key.namespace, &key.name);
+        let carried = written
+            .as_ref()
+            .filter(|w| !w.extract.ips.is_empty())
+            .and_then(|w| w.extract.status.clusters.first())
+            .map(|c| c.cluster.as_str());
+        let oldest = carried.or_else(|| Some(&*import.clusters.first()?.cluster))?;
+        if oldest == &*self.settings.cluster {
+            return None;
+        }
+        let now = Instant::now();
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let since = *waiting.entry(key.clone()).or_insert(now);
+        DEFER
+            .checked_sub(now - since)
+            .filter(|left| !left.is_zero())
+    }
+
+    /// `key` waits for no VIP claim any more.
+    fn settled(&self, key: &ServiceKey) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiting.is_empty() {
+            waiting.remove(key);
+        }
+    }
+
+    /// Writes again the claims of `vips` the broker lost while the VIP record
+    /// listing them stands, so that no other service can claim them.
+    async fn keep_claims(&self, key: &ServiceKey, vips: &[IpAddr]) -> Result<(), WriteError> {
+        if !self.caches.claims.listed() {
+            return Ok(());
+        }
+        let held = self.caches.claims.names(key);
+        for &ip in vips {
+            if held.contains(&vip_claims::claim_name(ip)) {
+                continue;
+            }
+            match self.claims.restore(key, ip).await? {
+                None => {
+                    self.metrics.api_write("VipClaim", "restored");
+                    tracing::info!(service = %key, %ip, "wrote again a VIP claim the broker lost");
+                }
+                Some(holder) => tracing::warn!(
+                    service = %key, %ip, %holder,
+                    "the VIP record lists an address another service has claimed"
+                ),
+            }
+        }
+        Ok(())
     }
 
     /// Writes the member's ServiceImport; returns its `uid` while it exists.

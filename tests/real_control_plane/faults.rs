@@ -4,12 +4,14 @@
 //! whole member killed (its heartbeat stops).
 
 use anyhow::{Context, Result, ensure};
+use clusterset_dns::engine::vip::{VipAllocator, VipPools};
+use clusterset_dns::model::{IpFamily, ServiceKey};
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 
 use crate::check::{agreed_vip, answers, answers_everywhere, fqdn, ips};
 use crate::clusterset::{BROKER_NAMESPACE, CONVERGE, Clusterset, DNS_NAMESPACE, eventually};
@@ -42,24 +44,44 @@ async fn watched(set: &Clusterset, name: &str, octet: u8) -> Result<([String; 2]
 
 /// Every object clusterset-dns keeps on the broker deleted, as a broker
 /// restored empty would show it: members write them back, and the answers
-/// and the VIP do not change.
+/// and the VIP do not change, even for a service whose hashed first
+/// address was taken when it got its VIP (KEP-1645: the VIP is stable for
+/// the import's life).
 pub async fn the_broker_namespace_emptied_is_rebuilt(set: &mut Clusterset) -> Result<()> {
     let (both, name) = watched(set, "wiped", 3).await?;
+    let broker = set.broker.clone();
+    let claims: Api<ConfigMap> = Api::namespaced(broker.clone(), BROKER_NAMESPACE);
+    // steady's first candidate is held by another service when it gets its
+    // VIP: re-allocating after the loss would give it that address.
+    let first = VipAllocator::new(VipPools::default())
+        .candidates(&ServiceKey::new(NS, "steady"), IpFamily::IPv4)
+        .next()
+        .context("a first candidate")?;
+    let taken = format!("clusterset-vip-{}", first.to_string().replace('.', "-"));
+    let held: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": taken, "labels": {"clusterset-dns.io/vip-claim": "true"}},
+        "data": {"address": first.to_string(), "service": format!("{NS}/elsewhere")},
+    }))?;
+    claims.create(&PostParams::default(), &held).await?;
     let east = &set.member("east").admin;
     service(east, NS, "steady", false, &["IPv4"], &[("http", 80)]).await?;
     export(east, NS, "steady").await?;
     let vip = agreed_vip(set, NS, "steady").await?;
+    ensure!(vip != first, "steady holds its second candidate");
 
-    let broker = set.broker.clone();
     let all = ListParams::default();
     let records = imports(&broker, BROKER_NAMESPACE);
     let slices: Api<EndpointSlice> = Api::namespaced(broker.clone(), BROKER_NAMESPACE);
-    let claims: Api<ConfigMap> = Api::namespaced(broker.clone(), BROKER_NAMESPACE);
     let leases: Api<Lease> = Api::namespaced(broker.clone(), BROKER_NAMESPACE);
     let before = records.list(&all).await?.items.len();
-    // The claims first, then what refers to them. (Records deleted before
-    // their claims can move a VIP today: members re-claim while the old
-    // claims still stand, and the claims then go.)
+    // The records first, then the claims, as `kubectl delete all` of
+    // several kinds would: members re-claim while the old claims still
+    // stand and see them go under their reads, and the claims a record
+    // still lists must be written again.
+    let none = DeleteParams::default();
+    records.delete_collection(&none, &all).await?;
+    slices.delete_collection(&none, &all).await?;
+    leases.delete_collection(&none, &all).await?;
     for claim in claims.list(&all).await?.items {
         let claim = claim.metadata.name.unwrap_or_default();
         // kube-root-ca.crt is not clusterset-dns's.
@@ -67,10 +89,6 @@ pub async fn the_broker_namespace_emptied_is_rebuilt(set: &mut Clusterset) -> Re
             claims.delete(&claim, &DeleteParams::default()).await?;
         }
     }
-    let none = DeleteParams::default();
-    records.delete_collection(&none, &all).await?;
-    slices.delete_collection(&none, &all).await?;
-    leases.delete_collection(&none, &all).await?;
 
     eventually(CONVERGE, "the broker's records written back", async || {
         let now = records.list(&all).await.map_err(|e| e.to_string())?.items;
@@ -90,6 +108,16 @@ pub async fn the_broker_namespace_emptied_is_rebuilt(set: &mut Clusterset) -> Re
     .await?;
     let after = agreed_vip(set, NS, "steady").await?;
     ensure!(after == vip, "steady keeps its VIP {vip} (now {after})");
+    let claim = format!("clusterset-vip-{}", vip.to_string().replace('.', "-"));
+    eventually(
+        CONVERGE,
+        "steady's claim written again",
+        async || match claims.get_opt(&claim).await.map_err(|e| e.to_string())? {
+            Some(_) => Ok(Some(())),
+            None => Err(format!("no {claim}")),
+        },
+    )
+    .await?;
     Ok(())
 }
 

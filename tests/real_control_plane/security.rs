@@ -77,6 +77,7 @@ pub async fn members_use_their_own_service_accounts(set: &mut Clusterset) -> Res
             (false, "get secrets -n clusterset-dns", "no"),
             (true, "create configmaps -n clusterset-broker", "yes"),
             (true, "list configmaps -n clusterset-broker", "yes"),
+            (true, "watch configmaps -n clusterset-broker", "yes"),
             (true, "update configmaps -n clusterset-broker", "no"),
             (
                 true,
