@@ -165,11 +165,12 @@ fn kubernetes_flags_without_kubernetes_mode_are_an_error() {
     );
     let (dir, _) = scratch_state();
     let config = dir.path().join("c.yaml");
-    std::fs::write(&config, "cluster-id: east\n").unwrap();
+    // (`cluster-id` is not one: embedded mode reads it too, see tests/locality.rs.)
+    std::fs::write(&config, "lease-namespace: dns\n").unwrap();
     let stderr = usage_error(&["check", "--config", config.to_str().unwrap()]);
     assert!(
-        stderr.contains("`cluster-id` in the --config file is a flag of Kubernetes mode")
-            && stderr.contains("remove the `cluster-id` key"),
+        stderr.contains("`lease-namespace` in the --config file is a flag of Kubernetes mode")
+            && stderr.contains("remove the `lease-namespace` key"),
         "{stderr}"
     );
     // A file may spell out the defaults of the other mode (as

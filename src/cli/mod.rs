@@ -318,6 +318,9 @@ pub struct KubernetesArgs {
     #[arg(long, value_enum, default_value = "manifests", value_name = "SOURCE")]
     pub source: SourceKind,
     /// This cluster's id [default: the `cluster.clusterset.k8s.io` ClusterProperty].
+    /// In embedded mode too (a manifest folder's name; default: none): the
+    /// cluster this server answers for, whose endpoints a `PreferClose`
+    /// headless name answers with and whose ClusterIPs come first.
     #[arg(long, value_name = "ID")]
     pub cluster_id: Option<String>,
     /// Kubeconfig of the local cluster [default: in-cluster config, else

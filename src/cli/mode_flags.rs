@@ -15,6 +15,9 @@ use crate::cli::SourceKind;
 
 /// The help heading of the Kubernetes-only flags in `cli/mod.rs`.
 const KUBERNETES_HEADING: &str = "Kubernetes mode";
+/// Flags under the Kubernetes heading that embedded mode uses too: the mode
+/// itself, and the cluster this server runs in.
+const BOTH_MODES: [&str; 2] = ["source", "cluster_id"];
 /// The flags Kubernetes mode has no use for (embedded mode only).
 const EMBEDDED_ONLY: [&str; 2] = ["manifests", "state_file"];
 
@@ -52,7 +55,8 @@ pub fn check(
     };
     let wrong = definition.get_arguments().find(|arg| {
         let id = arg.get_id().as_str();
-        let kubernetes_only = arg.get_help_heading() == Some(KUBERNETES_HEADING) && id != "source";
+        let kubernetes_only =
+            arg.get_help_heading() == Some(KUBERNETES_HEADING) && !BOTH_MODES.contains(&id);
         let misplaced = match source {
             SourceKind::Manifests => kubernetes_only,
             SourceKind::Kubernetes => EMBEDDED_ONLY.contains(&id),

@@ -150,6 +150,7 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         service: svc.spec.clone(),
         exported: export.exported.clone(),
         clusters,
+        close: None,
         ready,
     };
     Aggregate {

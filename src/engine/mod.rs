@@ -419,6 +419,10 @@ impl Engine {
         let mut result = aggregate::aggregate(inputs, &policy);
         if let Some(import) = &mut result.import {
             liveness::leave_out_dead(import, &self.dead);
+            let close = close_cluster(import, self.local_cluster.as_ref());
+            if close != import.close {
+                Arc::make_mut(import).close = close;
+            }
         }
         match &mut result.import {
             Some(import) if import.type_ == ImportType::ClusterSetIP => {
@@ -456,6 +460,24 @@ impl Engine {
         }
         import
     }
+}
+
+/// `trafficDistribution` asking for endpoints close to the client.
+const PREFER_CLOSE: &str = "PreferClose";
+
+/// The local cluster's place among a headless import's clusters when its
+/// `trafficDistribution` is `PreferClose` and that cluster has ready
+/// endpoints in the served families. KEP-1645's DNS specification lets a
+/// headless name answer a subset of the endpoints, provided A and AAAA give
+/// the same one: the choice is made per cluster, not per family.
+fn close_cluster(import: &Import, local: Option<&ClusterId>) -> Option<usize> {
+    let prefers = import.type_ == ImportType::Headless
+        && import.service.traffic_distribution.as_deref() == Some(PREFER_CLOSE);
+    let local = local.filter(|_| prefers)?;
+    import
+        .clusters
+        .iter()
+        .position(|c| &c.cluster == local && c.endpoints.iter().any(|e| import.serves(&e.address)))
 }
 
 /// What a ClusterSetIP import's name resolves to: its local VIPs, or without

@@ -250,7 +250,8 @@ fn clusters(engine: &Engine, key: &ServiceKey, import: Option<&Import>) -> Vec<C
                 .map(|e| {
                     let used =
                         part.is_some_and(|p| p.endpoints.contains(e)) && seen.insert(e.address);
-                    let reason = endpoint_reason(e, used, import, left_out.as_deref(), &seen);
+                    let reason = endpoint_reason(e, used, import, left_out.as_deref(), &seen)
+                        .or_else(|| not_close(import, cluster).filter(|_| used));
                     EndpointExplanation {
                         address: e.address,
                         hostname: e.hostname.as_deref().map(str::to_owned),
@@ -324,9 +325,26 @@ fn endpoint_reason(
     })
 }
 
+/// Why a cluster's endpoints, used for per-pod names, are not in the
+/// service name's answers: `trafficDistribution: PreferClose` chose the
+/// local cluster's (`Import::close`).
+fn not_close(import: Option<&Import>, cluster: &str) -> Option<String> {
+    let import = import?;
+    let close = &import.clusters.get(import.close?)?.cluster;
+    (**close != *cluster).then(|| {
+        format!(
+            "trafficDistribution PreferClose: the service name answers with the local \
+             cluster {close}'s ready endpoints only (its per-pod name still answers)"
+        )
+    })
+}
+
 /// The addresses a cluster puts in answers for the service name itself.
 fn contributed(import: &Import, part: &crate::model::import::ImportCluster) -> Vec<IpAddr> {
     let served = |ip: &IpAddr| import.serves(ip);
+    if not_close(Some(import), &part.cluster).is_some() {
+        return Vec::new();
+    }
     match import.type_ {
         ImportType::Headless => part
             .endpoints

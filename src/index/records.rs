@@ -35,7 +35,7 @@ pub fn service_records(
             match import.type_ {
                 ImportType::ClusterSetIP => addresses(&mut import.addresses.iter().copied()),
                 ImportType::Headless => {
-                    addresses(&mut local_endpoints(import, None).map(|(_, ip, _)| ip))
+                    addresses(&mut answered_endpoints(import, None).map(|(_, ip, _)| ip))
                 }
             }
             if wants(rtype, RecordType::SRV) {
@@ -113,7 +113,7 @@ fn srv_targets(entry: &ServiceEntry, service: &Name, port: &ServicePort) -> Vec<
         ImportType::ClusterSetIP => vec![service.clone()],
         ImportType::Headless => {
             let mut seen = HashSet::new();
-            local_endpoints(&entry.import, Some(port))
+            answered_endpoints(&entry.import, Some(port))
                 .filter_map(|(cluster, ip, host)| {
                     let name = pod_name(service, cluster, ip, host)?;
                     seen.insert(name.clone()).then_some(name)
@@ -151,6 +151,22 @@ pub(super) fn local_endpoints<'a>(
             .filter(|e| import.serves(&e.address))
             .map(|e| (c.cluster.as_ref(), e.address, e.hostname.as_deref()))
     })
+}
+
+/// The endpoints a headless service name answers with (A, AAAA, SRV): the
+/// local cluster's alone where `trafficDistribution: PreferClose` chose it
+/// ([`Import::close`]) and it backs `port`, else [`local_endpoints`].
+/// Per-pod names, PTR and the zone's list of names keep every endpoint.
+fn answered_endpoints<'a>(
+    import: &'a Import,
+    port: Option<&'a ServicePort>,
+) -> impl Iterator<Item = (&'a str, IpAddr, Option<&'a str>)> {
+    let close = import
+        .close
+        .and_then(|i| import.clusters.get(i))
+        .filter(|c| port.is_none_or(|p| backs(&c.ports, p)))
+        .map(|c| &*c.cluster);
+    local_endpoints(import, port).filter(move |(cluster, ..)| close.is_none_or(|c| c == *cluster))
 }
 
 fn port_number(import: &Import, index: usize) -> u16 {

@@ -21,7 +21,7 @@ use crate::index::serial::{self, SerialFile};
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
 use crate::sources::kubernetes::readers::FactSources;
-use crate::sources::manifests::ManifestSource;
+use crate::sources::manifests::{ManifestSource, is_valid_cluster_id};
 
 /// The parts every command is built from.
 pub struct Assembly {
@@ -78,8 +78,17 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
                 "manifest directory {} does not exist (see --manifests)",
                 manifests.display()
             );
+            let local_cluster = match &args.kubernetes.cluster_id {
+                Some(id) if !is_valid_cluster_id(id) => anyhow::bail!(
+                    "--cluster-id {id:?} is not a cluster id (an RFC 1123 name of one or two labels)"
+                ),
+                id => id.as_deref().map(Into::into),
+            };
             (
-                clusterset.engine_settings(),
+                EngineSettings {
+                    local_cluster,
+                    ..clusterset.engine_settings()
+                },
                 Some(clusterset.state_file()),
                 Source::Manifests(ManifestSource::new(manifests)),
             )
