@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use clusterset_dns::cli::Command as CliCommand;
+use clusterset_dns::k8s::crd::EndpointSliceObjects;
 use common::*;
 use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
@@ -1074,6 +1075,23 @@ async fn slices_carry_pod_ips_unless_the_export_says_otherwise() {
         || async { set.mcs_slices("north", "shop", "web") },
     )
     .await;
+    // Slices are written either way: the import says so (mcs-api v0.5).
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: endpointSliceObjects"),
+            Some(EndpointSliceObjects::Present),
+            || async { slice_objects(&set, id, "web") },
+        )
+        .await;
+    }
+}
+
+/// `status.endpointSliceObjects` of a member's ServiceImport in `shop`.
+fn slice_objects(set: &KubeClusterset, id: &str, name: &str) -> Option<EndpointSliceObjects> {
+    set.import(id, "shop", name)?
+        .status?
+        .endpoint_slice_objects
 }
 
 /// Without `--cluster-id`, the id is the `cluster.clusterset.k8s.io`
@@ -1221,6 +1239,13 @@ async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import
             )],
             "{id}: owned by the local ServiceImport"
         );
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: the import says its slices are present"),
+            Some(EndpointSliceObjects::Present),
+            || async { slice_objects(&set, id, "web") },
+        )
+        .await;
     }
     // The exporter's own Kubernetes slice is left alone.
     assert!(
