@@ -217,7 +217,9 @@ async fn when_every_exporter_is_dead_the_import_is_not_ready() {
         "north: db not ready, pending",
         ("False".to_owned(), "Pending".to_owned()),
         || async {
-            let import = set.import("north", "shop", "db").expect("the ServiceImport");
+            let import = set
+                .import("north", "shop", "db")
+                .expect("the ServiceImport");
             let conditions = import.status.map(|s| s.conditions).unwrap_or_default();
             let ready = conditions.into_iter().find(|c| c.type_ == "Ready");
             ready.map(|c| (c.status, c.reason)).unwrap_or_default()

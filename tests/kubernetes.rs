@@ -1089,9 +1089,7 @@ async fn slices_carry_pod_ips_unless_the_export_says_otherwise() {
 
 /// `status.endpointSliceObjects` of a member's ServiceImport in `shop`.
 fn slice_objects(set: &KubeClusterset, id: &str, name: &str) -> Option<EndpointSliceObjects> {
-    set.import(id, "shop", name)?
-        .status?
-        .endpoint_slice_objects
+    set.import(id, "shop", name)?.status?.endpoint_slice_objects
 }
 
 /// Without `--cluster-id`, the id is the `cluster.clusterset.k8s.io`

@@ -888,11 +888,23 @@ pub(crate) mod tests {
                 ("b", Some(export(2)), Some(external)),
             ],
             vec![
-                ("a", Some(export(1)), Some(service(&["10.0.0.1"], &[("http", 80)]))),
+                (
+                    "a",
+                    Some(export(1)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
                 ("b", Some(export(2)), Some(headless)),
-                ("c", Some(export(3)), Some(service(&["fd00::3"], &[("http", 80)]))),
+                (
+                    "c",
+                    Some(export(3)),
+                    Some(service(&["fd00::3"], &[("http", 80)])),
+                ),
             ],
-            vec![("a", Some(export(1)), Some(service(&["10.0.0.1"], &[("http", 80)])))],
+            vec![(
+                "a",
+                Some(export(1)),
+                Some(service(&["10.0.0.1"], &[("http", 80)])),
+            )],
         ];
         for local in [BOTH, &[IPv6][..]] {
             for case in &cases {
@@ -901,7 +913,11 @@ pub(crate) mod tests {
                     assert!(is_written(On::ServiceExport, condition), "{condition:?}");
                 }
                 if let Some(import) = &a.import {
-                    assert!(is_written(On::ServiceImport, &import.ready), "{:?}", import.ready);
+                    assert!(
+                        is_written(On::ServiceImport, &import.ready),
+                        "{:?}",
+                        import.ready
+                    );
                 }
             }
         }

@@ -143,28 +143,44 @@ pub enum On {
 pub const WRITTEN: [(On, &str, bool, &str); 10] = [
     (On::ServiceExport, VALID, true, reason::VALID),
     (On::ServiceExport, VALID, false, reason::NO_SERVICE),
-    (On::ServiceExport, VALID, false, reason::INVALID_SERVICE_TYPE),
+    (
+        On::ServiceExport,
+        VALID,
+        false,
+        reason::INVALID_SERVICE_TYPE,
+    ),
     (On::ServiceExport, READY, true, reason::EXPORTED),
     (On::ServiceExport, READY, false, reason::PENDING),
     (On::ServiceExport, READY, false, reason::FAILED),
     (On::ServiceExport, CONFLICT, false, reason::NO_CONFLICTS),
     (On::ServiceImport, READY, true, reason::READY),
     (On::ServiceImport, READY, false, reason::PENDING),
-    (On::ServiceImport, READY, false, reason::IP_FAMILY_NOT_SUPPORTED),
+    (
+        On::ServiceImport,
+        READY,
+        false,
+        reason::IP_FAMILY_NOT_SUPPORTED,
+    ),
 ];
 
 /// Whether `condition` on `on` is one [`WRITTEN`] lists (or a `Conflict=True`
 /// of [`ConflictReason`]s).
 pub fn is_written(on: On, condition: &Condition) -> bool {
     if on == On::ServiceExport && condition.type_ == CONFLICT && condition.status {
-        return condition
-            .reason
-            .split(',')
-            .all(|r| ConflictReason::ALL.iter().any(|known| known.to_string() == r));
+        return condition.reason.split(',').all(|r| {
+            ConflictReason::ALL
+                .iter()
+                .any(|known| known.to_string() == r)
+        });
     }
     WRITTEN.iter().any(|&(o, type_, status, reason)| {
         (o, type_, status, reason)
-            == (on, condition.type_, condition.status, condition.reason.as_ref())
+            == (
+                on,
+                condition.type_,
+                condition.status,
+                condition.reason.as_ref(),
+            )
     })
 }
 
@@ -190,12 +206,32 @@ mod tests {
         // ServiceExportConditionConflict
         (On::ServiceExport, "Conflict", "True", "PortConflict"),
         (On::ServiceExport, "Conflict", "True", "TypeConflict"),
-        (On::ServiceExport, "Conflict", "True", "SessionAffinityConflict"),
-        (On::ServiceExport, "Conflict", "True", "SessionAffinityConfigConflict"),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "SessionAffinityConflict",
+        ),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "SessionAffinityConfigConflict",
+        ),
         (On::ServiceExport, "Conflict", "True", "LabelsConflict"),
         (On::ServiceExport, "Conflict", "True", "AnnotationsConflict"),
-        (On::ServiceExport, "Conflict", "True", "InternalTrafficPolicyConflict"),
-        (On::ServiceExport, "Conflict", "True", "TrafficDistributionConflict"),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "InternalTrafficPolicyConflict",
+        ),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "TrafficDistributionConflict",
+        ),
         (On::ServiceExport, "Conflict", "True", "IPFamilyConflict"),
         (On::ServiceExport, "Conflict", "False", "NoConflicts"),
         // ServiceImportConditionReady
