@@ -1166,7 +1166,7 @@ async fn check_reaches_the_api_servers() {
     );
 
     broker.create_namespace(BROKER_NAMESPACE);
-    let output = check(args).await.unwrap();
+    let output = check(args.clone()).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     assert!(
@@ -1178,6 +1178,16 @@ async fn check_reaches_the_api_servers() {
         member.request_count(fake_apiserver::Verb::Create),
         0,
         "check writes nothing"
+    );
+
+    // A CRD that no longer serves the version read is named, with the version.
+    member.unregister("multicluster.x-k8s.io", "v1alpha1", "serviceexports");
+    let output = check(args).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("serviceexports.multicluster.x-k8s.io/v1alpha1 is not served"),
+        "{stderr}"
     );
 }
 
