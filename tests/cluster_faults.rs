@@ -200,7 +200,8 @@ async fn a_dead_cluster_leaves_every_answer_and_returns_with_its_heartbeat() {
 }
 
 /// Every cluster dead but the VIP stays: with no live cluster left the
-/// import is `Ready=False` (`ClustersUnreachable`) and a headless name has
+/// import is `Ready=False` with the MCS API's reason `Pending` (it waits
+/// for a cluster to return) and a headless name has
 /// no addresses (as when no endpoint is ready), until a heartbeat resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_exporter_is_dead_the_import_is_not_ready() {
@@ -216,9 +217,16 @@ async fn when_every_exporter_is_dead_the_import_is_not_ready() {
     .await;
     eventually_within(
         CONVERGE,
-        "north: db not ready",
-        "False".to_owned(),
-        || async { import_ready(&set, "north", "db").0 },
+        "north: db not ready, pending",
+        ("False".to_owned(), "Pending".to_owned()),
+        || async {
+            let import = set
+                .import("north", "shop", "db")
+                .expect("the ServiceImport");
+            let conditions = import.status.map(|s| s.conditions).unwrap_or_default();
+            let ready = conditions.into_iter().find(|c| c.type_ == "Ready");
+            ready.map(|c| (c.status, c.reason)).unwrap_or_default()
+        },
     )
     .await;
     assert!(import_ready(&set, "north", "db").1.contains("west"));

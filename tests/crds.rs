@@ -109,3 +109,28 @@ fn one_crd_per_kind_serving_both_versions_stored_as_v1beta1() {
         assert!(props.contains_key(field), "ServiceImport spec.{field}");
     }
 }
+
+/// mcs-api v0.5 (KEP-1645) added `ServiceImport.status.endpointSliceObjects`,
+/// `Present` or `Absent`, to both versions: a CRD without it would drop
+/// what the writer sets (API servers prune unknown fields).
+#[test]
+fn service_import_status_has_endpoint_slice_objects_in_both_versions() {
+    let crds = crd::crds();
+    for version in &crds[1].spec.versions {
+        let schema = version
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("a schema");
+        let status = &schema.properties.as_ref().expect("properties")["status"];
+        let field = &status.properties.as_ref().expect("status properties")["endpointSliceObjects"];
+        assert_eq!(field.type_.as_deref(), Some("string"), "{}", version.name);
+        let values: Vec<String> = field
+            .enum_
+            .iter()
+            .flatten()
+            .map(|v| v.0.as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(values, ["Present", "Absent"], "{}", version.name);
+    }
+}

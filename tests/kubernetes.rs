@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use clusterset_dns::cli::Command as CliCommand;
+use clusterset_dns::k8s::crd::EndpointSliceObjects;
 use common::*;
 use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
@@ -1074,6 +1075,21 @@ async fn slices_carry_pod_ips_unless_the_export_says_otherwise() {
         || async { set.mcs_slices("north", "shop", "web") },
     )
     .await;
+    // Slices are written either way: the import says so (mcs-api v0.5).
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: endpointSliceObjects"),
+            Some(EndpointSliceObjects::Present),
+            || async { slice_objects(&set, id, "web") },
+        )
+        .await;
+    }
+}
+
+/// `status.endpointSliceObjects` of a member's ServiceImport in `shop`.
+fn slice_objects(set: &KubeClusterset, id: &str, name: &str) -> Option<EndpointSliceObjects> {
+    set.import(id, "shop", name)?.status?.endpoint_slice_objects
 }
 
 /// Without `--cluster-id`, the id is the `cluster.clusterset.k8s.io`
@@ -1150,7 +1166,7 @@ async fn check_reaches_the_api_servers() {
     );
 
     broker.create_namespace(BROKER_NAMESPACE);
-    let output = check(args).await.unwrap();
+    let output = check(args.clone()).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     assert!(
@@ -1162,6 +1178,16 @@ async fn check_reaches_the_api_servers() {
         member.request_count(fake_apiserver::Verb::Create),
         0,
         "check writes nothing"
+    );
+
+    // A CRD that no longer serves the version read is named, with the version.
+    member.unregister("multicluster.x-k8s.io", "v1alpha1", "serviceexports");
+    let output = check(args).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("serviceexports.multicluster.x-k8s.io/v1alpha1 is not served"),
+        "{stderr}"
     );
 }
 
@@ -1221,6 +1247,13 @@ async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import
             )],
             "{id}: owned by the local ServiceImport"
         );
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: the import says its slices are present"),
+            Some(EndpointSliceObjects::Present),
+            || async { slice_objects(&set, id, "web") },
+        )
+        .await;
     }
     // The exporter's own Kubernetes slice is left alone.
     assert!(

@@ -14,6 +14,7 @@ use crate::dns;
 use crate::index::serial::SerialFile;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::runtime::assembly::{self, Assembly, Source};
+use crate::sources::kubernetes::served;
 
 /// Everything `check` finds for `args`.
 pub async fn report(args: &ServeArgs) -> CheckReport {
@@ -126,9 +127,10 @@ async fn kubernetes(source: assembly::Kubernetes) -> CheckReport {
             "local cluster {}: ServiceExports readable\n",
             connection.cluster
         )),
-        Err(e) => report
-            .problems
-            .push(format!("local cluster: cannot list ServiceExports: {e}")),
+        Err(e) => report.problems.push(format!(
+            "local cluster: cannot list ServiceExports: {}",
+            why::<ServiceExport>(&e)
+        )),
     }
     let namespaces: Api<Namespace> = Api::all(connection.broker.clone());
     match namespaces.get_opt(broker_namespace).await {
@@ -146,8 +148,21 @@ async fn kubernetes(source: assembly::Kubernetes) -> CheckReport {
             list.items.len()
         )),
         Err(e) => report.problems.push(format!(
-            "broker: cannot list ServiceImports in {broker_namespace}: {e}"
+            "broker: cannot list ServiceImports in {broker_namespace}: {}",
+            why::<ServiceImport>(&e)
         )),
     }
     report
+}
+
+/// Why a list of `K` failed, naming the CRD and version when it is not served.
+fn why<K: kube::Resource<DynamicType = ()>>(error: &kube::Error) -> String {
+    if served::is_not_served(error) {
+        format!(
+            "{} is not served (404: the CRD is missing or does not serve this version)",
+            served::resource_name::<K>()
+        )
+    } else {
+        error.to_string()
+    }
 }

@@ -20,6 +20,7 @@ use crate::model::Change;
 use crate::runtime::assembly::{Assembly, Kubernetes, Source};
 use crate::runtime::pipeline::Pipeline;
 use crate::sources::kubernetes::readers::{FactSource, FactSources};
+use crate::sources::kubernetes::served;
 use crate::sources::manifests::ManifestSource;
 use crate::writeback::vip_claims::VipClaims;
 
@@ -156,7 +157,17 @@ where
         .api
         .list(&params)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", source.resource))?
+        .map_err(|e| {
+            if served::is_not_served(&e) {
+                let crd = served::resource_name::<K>();
+                anyhow::anyhow!(
+                    "cannot list {}: {crd} is not served (404: the CRD is missing or does not serve this version)",
+                    source.resource
+                )
+            } else {
+                anyhow::anyhow!("cannot list {}: {e}", source.resource)
+            }
+        })?
         .items)
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock};
 
 use litemap::LiteMap;
 
-use crate::model::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID};
+use crate::model::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID, reason};
 use crate::model::import::{Aggregate, Endpoints, ExportStatus, Import, ImportCluster};
 use crate::model::port::ServicePort;
 use crate::model::{
@@ -65,14 +65,14 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         match &input.service {
             None => exports.push(invalid(
                 cluster,
-                "NoService",
-                "Pending",
+                reason::NO_SERVICE,
+                reason::PENDING,
                 "no Service with this namespace and name",
             )),
             Some(s) if s.kind == ServiceKind::ExternalName => exports.push(invalid(
                 cluster,
-                "InvalidServiceType",
-                "Failed",
+                reason::INVALID_SERVICE_TYPE,
+                reason::FAILED,
                 "ExternalName Services cannot be exported",
             )),
             Some(service) => valid.push(Candidate {
@@ -119,12 +119,12 @@ pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         .filter(|f| local_families.contains(f))
         .collect();
     static READY_TRUE: LazyLock<Arc<Condition>> =
-        LazyLock::new(|| Arc::new(Condition::new(READY, true, "Ready", "")));
+        LazyLock::new(|| Arc::new(Condition::new(READY, true, reason::READY, "")));
     let ready = if local_families.is_empty() {
         Arc::new(Condition::new(
             READY,
             false,
-            "IPFamilyNotSupported",
+            reason::IP_FAMILY_NOT_SUPPORTED,
             format!(
                 "the local cluster supports none of the import's IP families ({})",
                 join(&families)
@@ -309,7 +309,7 @@ fn differences(
 /// `differences` are per `valid` candidate, oldest first.
 fn conflict(valid: &[Candidate<'_>], differences: &[Vec<Difference>]) -> ServiceConflict {
     static NONE: LazyLock<Condition> =
-        LazyLock::new(|| Condition::new(CONFLICT, false, "NoConflicts", ""));
+        LazyLock::new(|| Condition::new(CONFLICT, false, reason::NO_CONFLICTS, ""));
     let mut winners: BTreeMap<ConflictReason, &str> = BTreeMap::new();
     let mut differing = Vec::new();
     for (candidate, found) in valid.iter().zip(differences).filter(|(_, d)| !d.is_empty()) {
@@ -353,12 +353,12 @@ fn export_status(
     type_: ImportType,
     conflict: &ServiceConflict,
 ) -> ExportStatus {
-    let valid = Condition::new(VALID, true, "Valid", "");
+    let valid = Condition::new(VALID, true, reason::VALID, "");
     let ready = if left_out {
         Condition::new(
             READY,
             false,
-            "Failed",
+            reason::FAILED,
             format!(
                 "IP families {} share none with the clusterset's {}",
                 join(&candidate.service.ip_families),
@@ -366,7 +366,7 @@ fn export_status(
             ),
         )
     } else {
-        Condition::new(READY, true, "Exported", exported_as(type_))
+        Condition::new(READY, true, reason::EXPORTED, exported_as(type_))
     };
     ExportStatus {
         cluster: candidate.cluster.clone(),
@@ -389,9 +389,9 @@ fn shared_conditions(conditions: [Condition; 3]) -> Arc<[Condition]> {
     static USUAL: LazyLock<[Arc<[Condition]>; 2]> = LazyLock::new(|| {
         [ImportType::ClusterSetIP, ImportType::Headless].map(|type_| {
             Arc::new([
-                Condition::new(VALID, true, "Valid", ""),
-                Condition::new(READY, true, "Exported", exported_as(type_)),
-                Condition::new(CONFLICT, false, "NoConflicts", ""),
+                Condition::new(VALID, true, reason::VALID, ""),
+                Condition::new(READY, true, reason::EXPORTED, exported_as(type_)),
+                Condition::new(CONFLICT, false, reason::NO_CONFLICTS, ""),
             ]) as Arc<[Condition]>
         })
     });
@@ -870,6 +870,58 @@ pub(crate) mod tests {
             (ready.status, ready.reason.as_ref()),
             (false, "IPFamilyNotSupported")
         );
+    }
+
+    /// Every condition the engine writes, in each case it has one for, is
+    /// one `model::conditions::WRITTEN` lists (and so one the MCS API names,
+    /// as its tests check).
+    #[test]
+    fn every_condition_is_one_the_mcs_api_names() {
+        use crate::model::conditions::{On, is_written};
+        let mut external = service(&[], &[]);
+        Arc::make_mut(&mut external.spec).kind = ServiceKind::ExternalName;
+        let mut headless = service(&[], &[("grpc", 90)]);
+        Arc::make_mut(&mut headless.spec).kind = ServiceKind::Headless;
+        Arc::make_mut(&mut headless.spec).ip_families = vec![IPv4];
+        let cases = [
+            vec![
+                ("a", Some(export(1)), None),
+                ("b", Some(export(2)), Some(external)),
+            ],
+            vec![
+                (
+                    "a",
+                    Some(export(1)),
+                    Some(service(&["10.0.0.1"], &[("http", 80)])),
+                ),
+                ("b", Some(export(2)), Some(headless)),
+                (
+                    "c",
+                    Some(export(3)),
+                    Some(service(&["fd00::3"], &[("http", 80)])),
+                ),
+            ],
+            vec![(
+                "a",
+                Some(export(1)),
+                Some(service(&["10.0.0.1"], &[("http", 80)])),
+            )],
+        ];
+        for local in [BOTH, &[IPv6][..]] {
+            for case in &cases {
+                let a = aggregate(&inputs(case.clone()), local);
+                for condition in a.exports.iter().flat_map(|e| e.conditions.iter()) {
+                    assert!(is_written(On::ServiceExport, condition), "{condition:?}");
+                }
+                if let Some(import) = &a.import {
+                    assert!(
+                        is_written(On::ServiceImport, &import.ready),
+                        "{:?}",
+                        import.ready
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -8,14 +8,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::model::ClusterId;
-use crate::model::conditions::{Condition, READY};
+use crate::model::conditions::{Condition, READY, reason};
 use crate::model::import::Import;
 
-/// `Ready` reason of an import whose every exporting cluster is dead.
-pub const UNREACHABLE: &str = "ClustersUnreachable";
-
 /// Leaves the dead clusters out of `import`; its `Ready` condition names
-/// them (false when no live cluster is left). Copies nothing when none is dead.
+/// them (false when no live cluster is left, with the MCS API's reason
+/// `Pending`: the import waits for one to return). Copies nothing when
+/// none is dead.
 pub fn leave_out_dead(import: &mut Arc<Import>, dead: &BTreeSet<ClusterId>) {
     if !import.clusters.iter().any(|c| dead.contains(&c.cluster)) {
         return;
@@ -31,9 +30,9 @@ pub fn leave_out_dead(import: &mut Arc<Import>, dead: &BTreeSet<ClusterId>) {
     let names: Vec<&str> = gone.iter().map(|c| &*c.cluster).collect();
     let message = format!("no heartbeat from {}: left out", names.join(", "));
     let ready = if import.clusters.is_empty() {
-        Condition::new(READY, false, UNREACHABLE, message)
+        Condition::new(READY, false, reason::PENDING, message)
     } else {
-        Condition::new(READY, true, "Ready", message)
+        Condition::new(READY, true, reason::READY, message)
     };
     import.ready = Arc::new(ready);
 }
@@ -45,6 +44,7 @@ mod tests {
     use super::super::aggregate::tests::{export, service, slice};
     use super::super::{Engine, EngineSettings};
     use super::*;
+    use crate::model::conditions::{On, is_written};
     use crate::model::{Change, Object, ServiceKey};
 
     fn key() -> ServiceKey {
@@ -91,13 +91,15 @@ mod tests {
         assert_eq!(pods(&engine), ["10.1.0.1".parse::<IpAddr>().unwrap()]);
         let ready = &import(&engine).ready;
         assert!(ready.status && ready.message.contains("west"), "{ready:?}");
+        assert!(is_written(On::ServiceImport, ready), "{ready:?}");
         assert_eq!(import(&engine).vips, vips);
         assert_eq!(engine.stats().endpoints, 1);
 
         engine.apply([Change::Live("east".into(), false)]);
         assert!(pods(&engine).is_empty());
         let ready = &import(&engine).ready;
-        assert_eq!((ready.status, &*ready.reason), (false, UNREACHABLE));
+        assert_eq!((ready.status, &*ready.reason), (false, reason::PENDING));
+        assert!(is_written(On::ServiceImport, ready), "{ready:?}");
         assert_eq!(
             import(&engine).vips,
             vips,

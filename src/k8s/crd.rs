@@ -101,7 +101,8 @@ pub struct ServiceExportStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// Status of a ServiceImport: exporting clusters and conditions.
+/// Status of a ServiceImport: exporting clusters, conditions, and whether
+/// MCS EndpointSlices are written for it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServiceImportStatus {
     /// Clusters currently exporting the service.
@@ -110,6 +111,26 @@ pub struct ServiceImportStatus {
     /// Conditions such as `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Whether MCS EndpointSlices are written for this import (mcs-api v0.5,
+    /// KEP-1645): consumers such as Gateway API implementations read the
+    /// endpoints from them only when `Present`.
+    #[serde(
+        default,
+        rename = "endpointSliceObjects",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub endpoint_slice_objects: Option<EndpointSliceObjects>,
+}
+
+// `ServiceImport.status.endpointSliceObjects` (no doc comment: the
+// schema's description is the field's).
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum EndpointSliceObjects {
+    /// MCS EndpointSlices are written for the import.
+    Present,
+    /// None are written for it.
+    Absent,
 }
 
 macro_rules! mcs_version {

@@ -100,3 +100,194 @@ pub const VALID: &str = "Valid";
 pub const READY: &str = "Ready";
 /// Condition type: the export disagrees with the oldest export.
 pub const CONFLICT: &str = "Conflict";
+
+/// The reasons of the conditions this program writes, as KEP-1645 and the
+/// MCS API (mcs-api v0.5) name them; [`ConflictReason`] has the `Conflict`
+/// condition's.
+pub mod reason {
+    /// ServiceExport `Valid=True`.
+    pub const VALID: &str = "Valid";
+    /// ServiceExport `Valid=False`: no Service of that namespace and name.
+    pub const NO_SERVICE: &str = "NoService";
+    /// ServiceExport `Valid=False`: an ExternalName Service.
+    pub const INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
+    /// ServiceExport `Ready=True`: the export is in the import (pushed to the broker).
+    pub const EXPORTED: &str = "Exported";
+    /// ServiceExport `Ready=False` while it cannot take effect yet (no
+    /// Service); ServiceImport `Ready=False` while no exporting cluster is
+    /// live (it waits for one to return).
+    pub const PENDING: &str = "Pending";
+    /// ServiceExport `Ready=False`: it cannot take effect (an ExternalName
+    /// Service, or IP families sharing none with the clusterset's).
+    pub const FAILED: &str = "Failed";
+    /// ServiceExport `Conflict=False`.
+    pub const NO_CONFLICTS: &str = "NoConflicts";
+    /// ServiceImport `Ready=True`.
+    pub const READY: &str = "Ready";
+    /// ServiceImport `Ready=False`: the local cluster supports none of its IP families.
+    pub const IP_FAMILY_NOT_SUPPORTED: &str = "IPFamilyNotSupported";
+}
+
+/// The kind a condition is written on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum On {
+    /// `ServiceExport.status.conditions`.
+    ServiceExport,
+    /// `ServiceImport.status.conditions`.
+    ServiceImport,
+}
+
+/// Every `(kind, type, status, reason)` this program writes, but for
+/// `Conflict=True`, whose reason is one or more [`ConflictReason`]s joined
+/// by commas. The engine's tests check that it writes nothing else.
+pub const WRITTEN: [(On, &str, bool, &str); 10] = [
+    (On::ServiceExport, VALID, true, reason::VALID),
+    (On::ServiceExport, VALID, false, reason::NO_SERVICE),
+    (
+        On::ServiceExport,
+        VALID,
+        false,
+        reason::INVALID_SERVICE_TYPE,
+    ),
+    (On::ServiceExport, READY, true, reason::EXPORTED),
+    (On::ServiceExport, READY, false, reason::PENDING),
+    (On::ServiceExport, READY, false, reason::FAILED),
+    (On::ServiceExport, CONFLICT, false, reason::NO_CONFLICTS),
+    (On::ServiceImport, READY, true, reason::READY),
+    (On::ServiceImport, READY, false, reason::PENDING),
+    (
+        On::ServiceImport,
+        READY,
+        false,
+        reason::IP_FAMILY_NOT_SUPPORTED,
+    ),
+];
+
+/// Whether `condition` on `on` is one [`WRITTEN`] lists (or a `Conflict=True`
+/// of [`ConflictReason`]s).
+pub fn is_written(on: On, condition: &Condition) -> bool {
+    if on == On::ServiceExport && condition.type_ == CONFLICT && condition.status {
+        return condition.reason.split(',').all(|r| {
+            ConflictReason::ALL
+                .iter()
+                .any(|known| known.to_string() == r)
+        });
+    }
+    WRITTEN.iter().any(|&(o, type_, status, reason)| {
+        (o, type_, status, reason)
+            == (
+                on,
+                condition.type_,
+                condition.status,
+                condition.reason.as_ref(),
+            )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The condition types and reasons of the MCS API, copied from
+    // sigs.k8s.io/mcs-api v0.5.2, pkg/apis/v1beta1/serviceexport.go and
+    // pkg/apis/v1beta1/serviceimport.go (v1alpha1 has the same constants):
+    // (kind, type, status, reason) for every reason the doc comments allow.
+    const UPSTREAM: [(On, &str, &str, &str); 21] = [
+        // ServiceExportConditionValid
+        (On::ServiceExport, "Valid", "True", "Valid"),
+        (On::ServiceExport, "Valid", "False", "NoService"),
+        (On::ServiceExport, "Valid", "False", "InvalidServiceType"),
+        // ServiceExportConditionReady
+        (On::ServiceExport, "Ready", "True", "Exported"),
+        (On::ServiceExport, "Ready", "True", "Ready"),
+        (On::ServiceExport, "Ready", "False", "Pending"),
+        (On::ServiceExport, "Ready", "False", "Failed"),
+        (On::ServiceExport, "Ready", "Unknown", "Pending"),
+        // ServiceExportConditionConflict
+        (On::ServiceExport, "Conflict", "True", "PortConflict"),
+        (On::ServiceExport, "Conflict", "True", "TypeConflict"),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "SessionAffinityConflict",
+        ),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "SessionAffinityConfigConflict",
+        ),
+        (On::ServiceExport, "Conflict", "True", "LabelsConflict"),
+        (On::ServiceExport, "Conflict", "True", "AnnotationsConflict"),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "InternalTrafficPolicyConflict",
+        ),
+        (
+            On::ServiceExport,
+            "Conflict",
+            "True",
+            "TrafficDistributionConflict",
+        ),
+        (On::ServiceExport, "Conflict", "True", "IPFamilyConflict"),
+        (On::ServiceExport, "Conflict", "False", "NoConflicts"),
+        // ServiceImportConditionReady
+        (On::ServiceImport, "Ready", "True", "Ready"),
+        (On::ServiceImport, "Ready", "False", "Pending"),
+        (On::ServiceImport, "Ready", "False", "IPFamilyNotSupported"),
+    ];
+
+    /// Reasons of ours the MCS API does not name ("Controllers may raise
+    /// this condition with other reasons"): the clusterset VIP switch
+    /// (`clusterset-dns.io/clusterset-ip` or `--clusterset-ip`) is this
+    /// program's, so a disagreement about it has no upstream name.
+    const EXTENSIONS: [ConflictReason; 1] = [ConflictReason::ClusterSetIPConflict];
+
+    fn upstream(on: On, type_: &str, status: &str, reason: &str) -> bool {
+        UPSTREAM.contains(&(on, type_, status, reason))
+    }
+
+    #[test]
+    fn every_condition_written_is_named_by_the_mcs_api() {
+        for (on, type_, status, reason) in WRITTEN {
+            let status = if status { "True" } else { "False" };
+            assert!(
+                upstream(on, type_, status, reason),
+                "{on:?} {type_}={status} {reason} is not an mcs-api v0.5 reason"
+            );
+        }
+        for reason in ConflictReason::ALL {
+            let name = reason.to_string();
+            assert_eq!(
+                upstream(On::ServiceExport, CONFLICT, "True", &name),
+                !EXTENSIONS.contains(&reason),
+                "Conflict=True {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_upstream_conflict_reason_is_detected() {
+        for (on, type_, status, reason) in UPSTREAM {
+            if (on, type_, status) == (On::ServiceExport, "Conflict", "True") {
+                assert!(
+                    ConflictReason::ALL.iter().any(|r| r.to_string() == reason),
+                    "{reason} is never raised"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn conflict_reasons_may_be_joined() {
+        let joined = Condition::new(CONFLICT, true, "PortConflict,TypeConflict", "");
+        assert!(is_written(On::ServiceExport, &joined));
+        let unknown = Condition::new(CONFLICT, true, "PortConflict,Nope", "");
+        assert!(!is_written(On::ServiceExport, &unknown));
+        let dead = Condition::new(READY, false, "ClustersUnreachable", "");
+        assert!(!is_written(On::ServiceImport, &dead));
+    }
+}

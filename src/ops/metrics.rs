@@ -37,6 +37,7 @@ pub struct Metrics {
     synced_at: Mutex<BTreeMap<String, Instant>>,
     watch_restarts: IntCounterVec,
     watch_errors: IntCounterVec,
+    watch_not_served: IntGaugeVec,
     api_writes: IntCounterVec,
     leader: IntGauge,
     cluster_live: IntGaugeVec,
@@ -159,6 +160,16 @@ impl Metrics {
                     &["source", "resource"],
                 ),
             ),
+            watch_not_served: register(
+                &registry,
+                IntGaugeVec::new(
+                    opts(
+                        "watch_not_served",
+                        "1 while a watch's API server answers 404 for its resource (the CRD is missing or does not serve the version read; what was read before is kept, nothing is deleted on its account), else 0; by API server and resource.",
+                    ),
+                    &["source", "resource"],
+                ),
+            ),
             api_writes: register(
                 &registry,
                 IntCounterVec::new(
@@ -248,6 +259,13 @@ impl Metrics {
         self.watch_errors
             .with_label_values(&[source, resource])
             .inc();
+    }
+
+    /// Records whether `resource`'s API server serves it (see `watch_not_served`).
+    pub fn set_not_served(&self, source: &str, resource: &str, not_served: bool) {
+        self.watch_not_served
+            .with_label_values(&[source, resource])
+            .set(i64::from(not_served));
     }
 
     /// Counts a write to an API server.

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
 use crate::engine::ClusterInputs;
+use crate::k8s::crd::EndpointSliceObjects;
 use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records;
 use crate::model::import::ImportCluster;
@@ -95,6 +96,17 @@ pub fn member_slices<'a>(
             (name, object)
         })
 }
+
+/// `status.endpointSliceObjects` of every ServiceImport this program writes
+/// (mcs-api v0.5, KEP-1645): [`member_slices`] are written for every
+/// exporting cluster of every import, whatever `--pod-ips` and the
+/// exports' `clusterset-dns.io/use-pod-ips` say (the switch only chooses
+/// whether a ClusterIP Service's slices carry its pod IPs or its
+/// ClusterIPs). It stays `Present` while no cluster has a ready endpoint
+/// (or every exporting cluster is dead): the slices are then absent because
+/// there is nothing to route to, and a consumer that fell back to the
+/// import's VIPs or reported "no EndpointSlices synced" would be wrong.
+pub const ENDPOINT_SLICE_OBJECTS: EndpointSliceObjects = EndpointSliceObjects::Present;
 
 /// The owner reference of the member's ServiceImport of `key`, whose `uid` is given.
 pub fn import_owner(key: &ServiceKey, uid: String) -> OwnerReference {

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -183,6 +184,10 @@ pub struct Writer {
     /// Services whose VIPs are missing, since when this member waits for
     /// the oldest export's cluster to claim them.
     waiting: Mutex<HashMap<ServiceKey, Instant>>,
+    /// Set once the local ServiceImport CRD turned out to drop
+    /// `status.endpointSliceObjects` (a release older than mcs-api v0.5):
+    /// from then on its absence is no difference to write again.
+    slice_objects_dropped: AtomicBool,
 }
 
 /// What the engine knows of one service, copied out of its lock.
@@ -226,6 +231,7 @@ impl Writer {
             state,
             metrics,
             waiting: Mutex::default(),
+            slice_objects_dropped: AtomicBool::new(false),
         }
     }
 
@@ -496,12 +502,30 @@ impl Writer {
                 })
                 .collect(),
             conditions: conditions(std::slice::from_ref(&*import.ready), &old.conditions),
+            endpoint_slice_objects: Some(slices::ENDPOINT_SLICE_OBJECTS),
         };
-        if actual.is_none() || status != old {
+        let mut compared = status.clone();
+        if self.slice_objects_dropped.load(Ordering::Relaxed) {
+            // What the local CRD cannot keep is no difference.
+            compared.endpoint_slice_objects = old.endpoint_slice_objects;
+        }
+        if actual.is_none() || compared != old {
             // Spelled out: a merge patch must carry an emptied list (every
             // exporting cluster dead) as `[]`, which serde would leave out.
-            let patch = json!({ "clusters": status.clusters, "conditions": status.conditions });
-            self.patch_status(&api, &key.name, &patch).await?;
+            let patch = json!({
+                "clusters": status.clusters,
+                "conditions": status.conditions,
+                "endpointSliceObjects": status.endpoint_slice_objects,
+            });
+            let written: ServiceImport = self.patch_status(&api, &key.name, &patch).await?;
+            let kept = written.status.and_then(|s| s.endpoint_slice_objects);
+            if kept.is_none() && !self.slice_objects_dropped.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    crd = "serviceimports.multicluster.x-k8s.io",
+                    "the local cluster's ServiceImport CRD drops status.endpointSliceObjects \
+                     (an mcs-api release before v0.5): ServiceImports are written without it"
+                );
+            }
         }
         Ok(uid)
     }
@@ -558,7 +582,7 @@ impl Writer {
         if conditions_digest(&new) != export.version.digest {
             let api: Api<ServiceExport> = Api::namespaced(self.local.clone(), &key.namespace);
             let status = crate::k8s::crd::ServiceExportStatus { conditions: new };
-            self.patch_status(&api, &key.name, &status).await?;
+            let _: ServiceExport = self.patch_status(&api, &key.name, &status).await?;
         }
         Ok(())
     }
@@ -667,7 +691,7 @@ impl Writer {
         api: &Api<K>,
         name: &str,
         status: &S,
-    ) -> Result<(), WriteError>
+    ) -> Result<K, WriteError>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
         S: Serialize,
@@ -678,9 +702,9 @@ impl Writer {
             .patch_status(name, &PatchParams::default(), &patch)
             .await
         {
-            Ok(_) => {
+            Ok(written) => {
                 self.metrics.api_write(&format!("{kind}Status"), "updated");
-                Ok(())
+                Ok(written)
             }
             Err(e) => {
                 self.metrics.api_write(&format!("{kind}Status"), "error");

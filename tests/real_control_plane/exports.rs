@@ -68,6 +68,18 @@ pub async fn import_lives_while_any_cluster_exports(set: &mut Clusterset) -> Res
             status_clusters(i) == ["east", "west"]
         })
         .await?;
+        // mcs-api v0.5's field, kept by both CRD variants; the Ready reason is upstream's.
+        let ready = import["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready");
+        ensure!(
+            import["status"]["endpointSliceObjects"] == "Present"
+                && ready.is_some_and(|c| c["status"] == "True" && c["reason"] == "Ready"),
+            "{}: status as stored: {import}",
+            member.id
+        );
         ensure!(
             import["spec"]["ports"][0]["port"] == 80 && import["spec"]["type"] == "ClusterSetIP",
             "{}: spec as written: {import}",

@@ -95,6 +95,7 @@ async fn run(filters: &[String]) -> ExitCode {
         faults::the_broker_restarted_past_compaction,
         faults::the_leader_killed_hands_over,
         faults::a_dead_member_leaves_the_answers,
+        faults::a_crd_not_serving_v1alpha1_loses_no_export,
     ];
     let chosen: Vec<_> = all
         .into_iter()

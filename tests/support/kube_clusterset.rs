@@ -19,7 +19,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::common::{Doc, Outcome, Server, resolve, start};
+use crate::common::{Doc, Outcome, Server, resolve, start, start_loading};
 use crate::fake_apiserver::FakeApiServer;
 
 /// Namespace of the shared state on the broker.
@@ -69,6 +69,17 @@ impl KubeClusterset {
 
     /// [`Self::start`] with more `serve` flags for every replica.
     pub async fn start_with(members: &[(&str, &str)], extra: &[&str]) -> Self {
+        Self::start_prepared(members, extra, |_, _| {}).await
+    }
+
+    /// [`Self::start_with`], calling `prepare` with each API server before
+    /// any replica starts (`None`: the broker; `Some(id)`: a member), to
+    /// change what it serves.
+    pub async fn start_prepared(
+        members: &[(&str, &str)],
+        extra: &[&str],
+        prepare: impl Fn(Option<&str>, &FakeApiServer),
+    ) -> Self {
         // `RUST_LOG=clusterset_dns=debug cargo test ...` shows what the instances do.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -77,6 +88,7 @@ impl KubeClusterset {
         let dir = tempfile::tempdir().unwrap();
         let broker = FakeApiServer::start().await;
         broker.create_namespace(BROKER_NAMESPACE);
+        prepare(None, &broker);
         let broker_kubeconfig = dir.path().join("broker.kubeconfig");
         broker
             .write_kubeconfig(&broker_kubeconfig, "broker")
@@ -91,6 +103,7 @@ impl KubeClusterset {
         for (id, families) in members {
             let api = FakeApiServer::start().await;
             api.create_namespace(LEASE_NAMESPACE);
+            prepare(Some(id), &api);
             let kubeconfig = set.dir.path().join(format!("{id}.kubeconfig"));
             api.write_kubeconfig(&kubeconfig, id).unwrap();
             set.members.push(Member {
@@ -110,6 +123,15 @@ impl KubeClusterset {
     /// Starts one more replica in member `i` (Lease identity `<id>-<n>`, n
     /// counting from 0) and waits for its first sync.
     pub async fn add_replica(&mut self, i: usize) {
+        self.start_replica(i, true).await;
+    }
+
+    /// [`Self::add_replica`] without waiting for its first sync.
+    pub async fn add_replica_unsynced(&mut self, i: usize) {
+        self.start_replica(i, false).await;
+    }
+
+    async fn start_replica(&mut self, i: usize, synced: bool) {
         let member = &self.members[i];
         let kubeconfig = member.kubeconfig.display().to_string();
         let broker = self.broker_kubeconfig.display().to_string();
@@ -135,7 +157,11 @@ impl KubeClusterset {
             &member.families,
         ];
         args.extend(self.extra.iter().map(String::as_str));
-        let server = start(self.dir.path(), &args).await;
+        let server = if synced {
+            start(self.dir.path(), &args).await
+        } else {
+            start_loading(self.dir.path(), &args).await
+        };
         self.members[i].servers.push(server);
     }
 

@@ -5,4 +5,5 @@
 pub mod client;
 pub mod facts;
 pub mod readers;
+pub mod served;
 pub mod watch;

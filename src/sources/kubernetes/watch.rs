@@ -16,10 +16,11 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tracing::warn;
+use tracing::{error, info, warn};
 
 use super::facts::{Delta, Facts};
 use super::readers::FactSource;
+use super::served;
 use crate::model::{Change, ClusterId};
 use crate::ops::metrics::Metrics;
 
@@ -94,9 +95,17 @@ impl Watches {
     {
         let metrics = self.metrics.clone();
         // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
-        let source = match resource.strip_prefix("broker/") {
-            Some(_) => resource.to_owned(),
-            None => format!("{}/{resource}", self.cluster),
+        let (source, server) = match resource.strip_prefix("broker/") {
+            Some(_) => (resource.to_owned(), "the broker".to_owned()),
+            None => (
+                format!("{}/{resource}", self.cluster),
+                format!("the local cluster ({})", self.cluster),
+            ),
+        };
+        let mut served = Served {
+            crd: served::resource_name::<K>(),
+            server,
+            missing: false,
         };
         tasks.spawn(async move {
             let probe = api.clone();
@@ -104,6 +113,7 @@ impl Watches {
             // In sync: listed once, and no failure since (or the API server
             // answered again); a quiet healthy watch delivers nothing to tell.
             let (mut listed, mut healthy) = (false, false);
+            metrics.set_not_served(&source, resource, false);
             let mut heartbeat = tokio::time::interval(HEARTBEAT);
             loop {
                 let event = tokio::select! {
@@ -114,6 +124,10 @@ impl Watches {
                         }
                         if listed && healthy {
                             metrics.mark_synced(&source);
+                        }
+                        if healthy {
+                            // A resumed watch may have nothing to deliver.
+                            served.report(false, &metrics, &source, resource);
                         }
                         continue;
                     }
@@ -126,8 +140,13 @@ impl Watches {
                             Event::InitDone => listed = true,
                             _ => {}
                         }
-                        healthy = true;
-                        if listed {
+                        // `Init` comes before every list attempt, answered or
+                        // not: only what follows shows the API server answered.
+                        if !matches!(event, Event::Init) {
+                            healthy = true;
+                            served.report(false, &metrics, &source, resource);
+                        }
+                        if listed && healthy {
                             metrics.mark_synced(&source);
                         }
                         on_event(event);
@@ -135,12 +154,46 @@ impl Watches {
                     Some(Err(error)) => {
                         healthy = false;
                         metrics.watch_failed(&source, resource);
-                        warn!(%source, error = %error, "watch failed; retrying");
+                        if served::watch_not_served(&error) {
+                            served.report(true, &metrics, &source, resource);
+                        } else {
+                            warn!(%source, error = %error, "watch failed; retrying");
+                        }
                     }
                     None => break,
                 }
             }
         });
+    }
+}
+
+/// Whether the API server of one watch serves its resource, as last
+/// reported. While it answers 404 the watcher never ends a list, so what
+/// the watch reported before stays asserted (nothing is retracted, so
+/// nothing is deleted on its account): this only tells the operator, once
+/// per change, in `clusterset_dns_watch_not_served` and the log.
+struct Served {
+    /// The resource as its CRD names it, with the version read.
+    crd: String,
+    /// `the broker`, `the local cluster (east)`.
+    server: String,
+    /// Whether the last answer was a 404.
+    missing: bool,
+}
+
+impl Served {
+    fn report(&mut self, missing: bool, metrics: &Metrics, source: &str, resource: &str) {
+        if missing == self.missing {
+            return;
+        }
+        self.missing = missing;
+        metrics.set_not_served(source, resource, missing);
+        let crd = &self.crd;
+        if missing {
+            error!(%source, %crd, "{}", served::not_served_message(crd, &self.server));
+        } else {
+            info!(%source, %crd, "{crd} is served again");
+        }
     }
 }
 

@@ -1,0 +1,83 @@
+//! Whether an API server serves a kind at the version this program reads.
+//!
+//! Clusters of one clusterset may run different CRD releases of the MCS
+//! API (mcs-api v0.5 stores `v1beta1` and still serves `v1alpha1`; older
+//! releases serve only `v1alpha1`), and a CRD can be missing or stop serving
+//! a version. A list or watch of a kind that is not served answers 404: that
+//! says nothing about its objects, which must never read as "there are
+//! none" (ARCHITECTURE.md, "Where each rule is decided": CRD version skew).
+
+use kube::Resource;
+use kube::runtime::watcher;
+
+/// The resource as a CRD names it, with the version read:
+/// `serviceexports.multicluster.x-k8s.io/v1alpha1`, or `services/v1` for a
+/// built-in kind of the core group.
+pub fn resource_name<K: Resource<DynamicType = ()>>() -> String {
+    let (plural, group, version) = (K::plural(&()), K::group(&()), K::version(&()));
+    if group.is_empty() {
+        format!("{plural}/{version}")
+    } else {
+        format!("{plural}.{group}/{version}")
+    }
+}
+
+/// Whether a request failed because its resource is not served (404 on a
+/// collection: the CRD is missing or does not serve that version).
+pub fn is_not_served(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// [`is_not_served`] for a watcher's failure (its list or its watch).
+pub fn watch_not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => is_not_served(e),
+        watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
+}
+
+/// What to tell an operator when `resource` (see [`resource_name`]) is
+/// not served by `server` (`the broker`, `the local cluster (east)`).
+pub fn not_served_message(resource: &str, server: &str) -> String {
+    format!(
+        "{resource} is not served by {server} (404: the CRD is missing or does \
+         not serve this version); its objects are unknown, not gone: nothing read from it before \
+         is forgotten and nothing is deleted on its account until it is served again"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::crd::v1alpha1::ServiceExport;
+    use k8s_openapi::api::core::v1::Service;
+    use kube::core::Status;
+
+    #[test]
+    fn names_read_like_crds() {
+        assert_eq!(
+            resource_name::<ServiceExport>(),
+            "serviceexports.multicluster.x-k8s.io/v1alpha1"
+        );
+        assert_eq!(resource_name::<Service>(), "services/v1");
+    }
+
+    #[test]
+    fn only_404_is_not_served() {
+        let api = |code| kube::Error::Api(Status::failure("x", "y").with_code(code).boxed());
+        assert!(is_not_served(&api(404)));
+        assert!(!is_not_served(&api(403)));
+        assert!(watch_not_served(&watcher::Error::InitialListFailed(api(
+            404
+        ))));
+        assert!(watch_not_served(&watcher::Error::WatchStartFailed(api(
+            404
+        ))));
+        assert!(!watch_not_served(&watcher::Error::InitialListFailed(api(
+            500
+        ))));
+    }
+}
