@@ -28,6 +28,7 @@
 """
 
 import argparse
+import datetime
 import ipaddress
 import json
 import os
@@ -90,7 +91,11 @@ class Layout:
 
 
 def stamp(ci):
-    return f"2026-01-{10 + ci:02d}T09:00:00Z"
+    """Cluster ci's export time: one day apart, oldest first, valid for any
+    number of clusters (day 32 of January is no date; 511 clusters fit
+    in 2026)."""
+    day = datetime.date(2026, 1, 10) + datetime.timedelta(days=ci)
+    return f"{day.isoformat()}T09:00:00Z"
 
 
 def service_docs(lay, ci, ns_index):
