@@ -16,6 +16,11 @@
 #                       (the qps ratio is then only the offered load)
 #   SERVER_CORE=1 CLIENT_CORE=0        taskset cores
 #   KNOT_PORT=5391 OURS_PORT=5392      127.0.0.1 ports
+#   BASELINE=           path of another clusterset-dns binary (e.g. built
+#                       from the commit before a change) run in the same
+#                       session: each UDP round is knot, baseline, ours, and
+#                       the summary adds baseline/knot and ours/baseline
+#   BASELINE_PORT=5393
 #   NOISE_MAX=10 QUIET_WAIT=20 RETRIES=1
 #                       before each run wait up to QUIET_WAIT s for other
 #                       processes to use < NOISE_MAX % of a core; retry a run
@@ -37,6 +42,8 @@ SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
 KNOT_PORT=${KNOT_PORT:-5391}
 OURS_PORT=${OURS_PORT:-5392}
+BASELINE=${BASELINE:-}
+BASELINE_PORT=${BASELINE_PORT:-5393}
 NOISE_MAX=${NOISE_MAX:-10}
 QUIET_WAIT=${QUIET_WAIT:-20}
 RETRIES=${RETRIES:-1}
@@ -49,6 +56,11 @@ need taskset util-linux
 build_release
 port_free "$KNOT_PORT"
 port_free "$OURS_PORT"
+if [ -n "$BASELINE" ]; then
+    [ -x "$BASELINE" ] || die "BASELINE=$BASELINE is not an executable"
+    port_free "$BASELINE_PORT"
+    log "baseline: $BASELINE"
+fi
 
 RESULTS="$WORK/throughput-$(date +%Y%m%d-%H%M%S).tsv"
 printf 'size\tserver\tmode\trun\tqps\tlost_pct\tavg_latency_ms\tserver_cpu_pct\tserver_core_pct\tclient_core_pct\tother_cpu_pct\n' >"$RESULTS"
@@ -136,18 +148,36 @@ EOF
     log "both servers answer (clusterset-dns after ${t}s more than knot)"
     pin_all "$KNOT_PID" "$SERVER_CORE" knotd
     pin_all "$OURS_PID" "$SERVER_CORE" clusterset-dns
+    if [ -n "$BASELINE" ]; then
+        BASE_LOG="$DIR.baseline.log"
+        # Its own state file: both read the VIPs the zone step persisted.
+        cp "$DIR/.clusterset-dns/vips.json" "$DIR.baseline-vips.json"
+        taskset -c "$SERVER_CORE" "$BASELINE" serve --manifests "$DIR" \
+            --listen "127.0.0.1:$BASELINE_PORT" --metrics-listen 127.0.0.1:0 \
+            --state-file "$DIR.baseline-vips.json" >"$BASE_LOG" 2>&1 &
+        BASE_PID=$!; PIDS+=("$BASE_PID")
+        wait_answer "$BASELINE_PORT" "$PROBE_NAME" "$PROBE_IP" 120 >/dev/null \
+            || die "the baseline is not answering, see $BASE_LOG"
+        pin_all "$BASE_PID" "$SERVER_CORE" clusterset-dns
+    fi
 
     log "comparing answers ($(wc -l <"$DIR.verify") questions)"
     python3 "$BENCH_DIR/compare_servers.py" "$KNOT_PORT" "$OURS_PORT" "$DIR.verify" \
         || die "knot ($KNOT_PORT) and clusterset-dns ($OURS_PORT) answer differently"
+    if [ -n "$BASELINE" ]; then
+        python3 "$BENCH_DIR/compare_servers.py" "$KNOT_PORT" "$BASELINE_PORT" "$DIR.verify" \
+            || die "knot ($KNOT_PORT) and the baseline ($BASELINE_PORT) answer differently"
+    fi
 
     log "UDP: $PAIRS pairs of ${DURATION}s runs, dnsperf -c $CLIENTS -q $OUTSTANDING"
     for run in $(seq "$PAIRS"); do
         run_dnsperf "knot-$size-udp-$run" knot "$KNOT_PORT" "$KNOT_PID" udp "$run" "$size" "$DIR.queries"
+        if [ -n "$BASELINE" ]; then run_dnsperf "baseline-$size-udp-$run" baseline "$BASELINE_PORT" "$BASE_PID" udp "$run" "$size" "$DIR.queries"; fi
         run_dnsperf "ours-$size-udp-$run" clusterset-dns "$OURS_PORT" "$OURS_PID" udp "$run" "$size" "$DIR.queries"
     done
     if [ "$TCP" = 1 ]; then
         run_dnsperf "knot-$size-tcp" knot "$KNOT_PORT" "$KNOT_PID" tcp 1 "$size" "$DIR.queries"
+        if [ -n "$BASELINE" ]; then run_dnsperf "baseline-$size-tcp" baseline "$BASELINE_PORT" "$BASE_PID" tcp 1 "$size" "$DIR.queries"; fi
         run_dnsperf "ours-$size-tcp" clusterset-dns "$OURS_PORT" "$OURS_PID" tcp 1 "$size" "$DIR.queries"
     fi
     log "RSS after the runs: knot $(($(mem_kib "$KNOT_PID" VmRSS) / 1024)) MiB," \
@@ -156,6 +186,7 @@ EOF
         log "clusterset-dns logged warnings/errors ($OURS_LOG):"
         grep -E 'WARN|ERROR' "$OURS_LOG" | head -5 >&2
     fi
+    if [ -n "$BASELINE" ]; then stop_pid "$BASE_PID"; fi
     stop_pid "$OURS_PID"; stop_pid "$KNOT_PID"; PIDS=()
 done
 
@@ -193,5 +224,18 @@ for size in dict.fromkeys(r["size"] for r in rows):
     kt, ot = get("knot", "tcp"), get("clusterset-dns", "tcp")
     if kt and ot:
         print(f"{size}: TCP qps ours/knot = {ot['1'] / kt['1']:.2f}")
+    base = get("baseline", "udp")
+    if base:
+        b_ratios = [base[k] / knot[k] for k in knot if k in base]
+        o_ratios = [ours[k] / base[k] for k in base if k in ours]
+        print(f"{size}: UDP qps baseline/knot, median of {len(b_ratios)} = {statistics.median(b_ratios):.2f}"
+              f" ({', '.join(f'{x:.2f}' for x in b_ratios)})")
+        print(f"{size}: UDP qps ours/baseline, median of {len(o_ratios)} = {statistics.median(o_ratios):.2f}"
+              f" ({', '.join(f'{x:.2f}' for x in o_ratios)})")
+        bc = get("baseline", "udp", per_query)
+        print(f"{size}: UDP CPU per query: baseline {statistics.median(bc.values()):.2f} us")
+    bt = get("baseline", "tcp")
+    if kt and bt:
+        print(f"{size}: TCP qps baseline/knot = {bt['1'] / kt['1']:.2f}")
 print(f"(raw results: {sys.argv[1]})")
 EOF

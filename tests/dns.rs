@@ -469,12 +469,14 @@ async fn big_answers_are_truncated_on_udp_and_whole_on_tcp() {
     let (edns, len) = exchange_udp(server.addr, &with_edns(question(&name, A), 1232)).await;
     assert!(edns.metadata.truncation, "TC with EDNS 1232");
     assert!(len <= 1232, "{len} bytes over UDP with EDNS 1232");
-    // Asked again, the cut response comes from the cache: the same, OPT included.
+    // Asked again, the cut response comes from the cache: cut the same way,
+    // OPT included (its records rotate: ARCHITECTURE.md, "Load spread").
     for query in [question(&name, A), with_edns(question(&name, A), 1232)] {
+        let limit = if query.edns.is_some() { 1232 } else { 512 };
         let first = exchange_udp(server.addr, &query).await.0;
         let (again, again_len) = exchange_udp(server.addr, &query).await;
-        assert_eq!(again.answers, first.answers);
-        assert!(again.metadata.truncation && again_len <= 1232);
+        assert!(!first.answers.is_empty() && !again.answers.is_empty());
+        assert!(again.metadata.truncation && again_len <= limit);
         assert_eq!(again.edns.is_some(), query.edns.is_some(), "OPT as asked");
     }
 
@@ -1116,12 +1118,11 @@ async fn udp_answers_equal_tcp_after_updates_under_queries() {
     for task in load {
         task.await.expect("the load ran");
     }
+    // The answer's order rotates (ARCHITECTURE.md, "Load spread"): compared as sets.
     let sections = |m: &Message| {
-        (
-            m.metadata.response_code,
-            m.answers.clone(),
-            m.authorities.clone(),
-        )
+        let mut answers: Vec<String> = m.answers.iter().map(ToString::to_string).collect();
+        answers.sort();
+        (m.metadata.response_code, answers, m.authorities.clone())
     };
     for message in &asked {
         let tcp = exchange_tcp(addr, message).await;

@@ -12,6 +12,7 @@ mod opt_check;
 mod question;
 mod recent;
 mod response;
+mod rotate;
 mod server;
 mod tcp;
 mod tcp_limits;

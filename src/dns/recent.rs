@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
-/// Slots in the table (a power of two): 1.5 MiB per worker (48-byte slots;
+use super::rotate::Layout;
+
+/// Slots in the table (a power of two): 2 MiB per worker (64-byte slots;
 /// one worker per core by default).
 const SLOTS: usize = 1 << 15;
 /// Longest question section: a 255-byte name, type and class.
@@ -29,14 +31,53 @@ pub struct Key {
     edns: Option<bool>,
 }
 
-/// A cached response and whether our OPT record is still to be added.
-pub type Response = (Arc<[u8]>, bool);
+/// A cached response as a worker serves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// The encoded response (ID, RD, CD and question case still to patch).
+    pub bytes: Arc<[u8]>,
+    /// Whether our OPT record is still to be added.
+    pub add_opt: bool,
+    /// Where its answer's records lie, when they rotate (see `rotate`).
+    pub layout: Option<Layout>,
+}
 
+impl Response {
+    /// This response, to send with rotation `turn`.
+    pub fn view(&self, turn: usize) -> View<'_> {
+        View {
+            bytes: &self.bytes,
+            add_opt: self.add_opt,
+            layout: self.layout.as_ref(),
+            turn,
+        }
+    }
+}
+
+/// A response to send, borrowed, and the rotation to send it with.
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    /// The encoded response.
+    pub bytes: &'a [u8],
+    /// Whether our OPT record is still to be added.
+    pub add_opt: bool,
+    /// Where its answer's records lie, when they rotate.
+    pub layout: Option<&'a Layout>,
+    /// Which record goes first.
+    pub turn: usize,
+}
+
+/// A slot holds a [`Response`]'s fields side by side, so that it takes 64
+/// bytes with the rotation counter.
 #[derive(Default)]
 struct Slot {
     key: Option<Key>,
     version: u64,
-    response: Option<Response>,
+    bytes: Option<Arc<[u8]>>,
+    layout: Option<Layout>,
+    add_opt: bool,
+    /// The rotation of the next response served from this slot.
+    turn: u32,
 }
 
 /// Recently served responses of one worker thread.
@@ -71,23 +112,47 @@ impl Recent {
         })
     }
 
-    /// The response stored for `key` while the index was at `version`.
-    /// Another question can share a hash: the caller compares the question.
-    pub fn get(&self, key: Key, version: u64) -> Option<Response> {
+    /// Whether a response is stored for `key` while the index is at `version`.
+    pub fn has(&self, key: Key, version: u64) -> bool {
         let slot = &self.slots[self.index(key)];
+        slot.key == Some(key) && slot.version == version && slot.bytes.is_some()
+    }
+
+    /// The response stored for `key` while the index was at `version`, with
+    /// the slot's next rotation (each call takes one: a name asked again and
+    /// again goes round all its records). Another question can share a
+    /// hash: the caller compares the question.
+    pub fn get(&mut self, key: Key, version: u64) -> Option<View<'_>> {
+        let at = self.index(key);
+        let slot = &mut self.slots[at];
         if slot.key != Some(key) || slot.version != version {
             return None;
         }
-        slot.response.clone()
+        let turn = slot.turn;
+        slot.turn = turn.wrapping_add(1);
+        Some(View {
+            bytes: slot.bytes.as_deref()?,
+            add_opt: slot.add_opt,
+            layout: slot.layout.as_ref(),
+            turn: turn as usize,
+        })
     }
 
-    /// Keeps `response`, taken from the index at `version` (read before it).
-    pub fn put(&mut self, key: Key, version: u64, response: Response) {
+    /// Keeps `response`, taken from the index at `version` (read before it),
+    /// its rotations starting at `turn` (varied, so that a slot filled again
+    /// after each change of the index does not always start at one record).
+    pub fn put(&mut self, key: Key, version: u64, response: Response, turn: usize) {
         let at = self.index(key);
+        // The low bits of the counter; truncation is the point.
+        #[allow(clippy::cast_possible_truncation)]
+        let turn = turn as u32;
         self.slots[at] = Slot {
             key: Some(key),
             version,
-            response: Some(response),
+            bytes: Some(response.bytes),
+            layout: response.layout,
+            add_opt: response.add_opt,
+            turn,
         };
     }
 
@@ -106,7 +171,21 @@ mod tests {
     const QUESTION: &[u8] = b"\x03web\x04shop\x00\x00\x01\x00\x01";
 
     fn response(byte: u8) -> Response {
-        (Arc::from(vec![byte; 20]), true)
+        Response {
+            bytes: Arc::from(vec![byte; 20]),
+            add_opt: true,
+            layout: None,
+        }
+    }
+
+    /// What `get` gives, owned, without the turn.
+    fn got(recent: &mut Recent, key: Key, version: u64) -> Option<Response> {
+        let view = recent.get(key, version)?;
+        Some(Response {
+            bytes: Arc::from(view.bytes),
+            add_opt: view.add_opt,
+            layout: view.layout.cloned(),
+        })
     }
 
     /// Names compare without regard to case (RFC 4343 §3), so a resolver's
@@ -137,11 +216,38 @@ mod tests {
         let key = recent.key(QUESTION, 512, None).unwrap();
         let other = recent.key(QUESTION, 1232, None).unwrap();
         assert!(recent.get(key, 7).is_none(), "empty");
-        recent.put(key, 7, response(1));
-        assert_eq!(recent.get(key, 7), Some(response(1)));
+        assert!(!recent.has(key, 7));
+        recent.put(key, 7, response(1), 0);
+        assert!(recent.has(key, 7));
+        assert_eq!(got(&mut recent, key, 7), Some(response(1)));
         assert!(recent.get(key, 8).is_none(), "the index changed since");
+        assert!(!recent.has(key, 8));
         assert!(recent.get(other, 7).is_none(), "another limit");
-        recent.put(key, 8, response(2));
-        assert_eq!(recent.get(key, 8), Some(response(2)));
+        recent.put(key, 8, response(2), 0);
+        assert_eq!(got(&mut recent, key, 8), Some(response(2)));
+    }
+
+    /// ARCHITECTURE.md, "Load spread": each response served from a slot
+    /// takes the next rotation, from where `put` started it.
+    #[test]
+    fn each_response_served_takes_the_next_rotation() {
+        let mut recent = Recent::default();
+        let key = recent.key(QUESTION, 512, None).unwrap();
+        recent.put(key, 1, response(1), 41);
+        let turns: Vec<usize> = (0..3).map(|_| recent.get(key, 1).unwrap().turn).collect();
+        assert_eq!(turns, [41, 42, 43]);
+        recent.put(key, 2, response(1), 7);
+        assert_eq!(
+            recent.get(key, 2).unwrap().turn,
+            7,
+            "started where put says"
+        );
+    }
+
+    /// A slot, rotation counter included, takes 64 bytes (one cache line
+    /// when aligned): the table's size is what keeps it fast.
+    #[test]
+    fn a_slot_takes_64_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
     }
 }

@@ -2,7 +2,6 @@
 //! `encode` for how they are cut to the client's size).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Edns, Header, MessageType, Metadata, OpCode, ResponseCode};
@@ -17,6 +16,7 @@ use super::answer::{Answer, answer, transfer_over_udp};
 use super::encode::Sections;
 use super::opt_check::options_cut;
 use super::question;
+use super::rotate::{self, Layout, next_turn};
 use crate::index::{CacheSlot, Index};
 
 /// Responses to padded queries over TLS are padded to a multiple of this
@@ -136,16 +136,16 @@ impl Response {
             .as_ref()
             .is_some_and(|e| e.options().get(EdnsCode::Padding).is_some());
         let Some(edns) = self.edns.as_mut().filter(|_| encrypted && padded) else {
-            return Ok(bytes);
+            return Ok(rotated(bytes));
         };
         // The option's code and length take 4 bytes, the padding the rest.
         let length = (PADDING_BLOCK - (bytes.len() + 4) % PADDING_BLOCK) % PADDING_BLOCK;
         if bytes.len() + 4 + length > usize::from(u16::MAX) {
-            return Ok(bytes);
+            return Ok(rotated(bytes));
         }
         let padding = EdnsOption::Unknown(EdnsCode::Padding.into(), vec![0; length]);
         edns.options_mut().insert(padding);
-        self.encode(&request.queries, true, u16::MAX)
+        self.encode(&request.queries, true, u16::MAX).map(rotated)
     }
 
     /// What was answered, for metrics.
@@ -158,19 +158,26 @@ impl Response {
         }
     }
 
-    /// The full response without EDNS, to cache for the same question, and
-    /// where: an authoritative answer (records, NODATA or NXDOMAIN) only.
-    pub fn cacheable(&self, queries: &Queries) -> Option<(&CacheSlot, Arc<[u8]>)> {
+    /// Where the response may be cached for the same question: an
+    /// authoritative answer (records, NODATA or NXDOMAIN) only.
+    pub fn cache_slot(&self) -> Option<&CacheSlot> {
         let code = self.answer.code;
-        let slot = self.answer.slot.as_ref()?;
         let authoritative = self.answer.authoritative
             && matches!(code, ResponseCode::NoError | ResponseCode::NXDomain);
-        if !authoritative {
-            return None;
-        }
-        let full = self.encode(queries, false, u16::MAX).ok()?;
-        Some((slot, Arc::from(full)))
+        self.answer.slot.as_ref().filter(|_| authoritative)
     }
+}
+
+/// A complete response with its answer rotated by the next turn when it
+/// rotates, as UDP sends it (ARCHITECTURE.md, "Load spread"); rotation
+/// keeps its length, so padding stays right.
+fn rotated(bytes: Vec<u8>) -> Vec<u8> {
+    let Some(layout) = Layout::of(&bytes) else {
+        return bytes;
+    };
+    let mut out = Vec::with_capacity(bytes.len());
+    rotate::write(&bytes, &layout, next_turn(), usize::MAX, &[], &mut out);
+    out
 }
 
 /// What was answered, for metrics.

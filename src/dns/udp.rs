@@ -1,7 +1,8 @@
 //! The UDP fast path: one thread per socket on `SO_REUSEPORT` sockets; a
 //! query whose (name, type) was answered before is served by copying the
-//! cached response and patching ID, flags, question case and EDNS. Anything
-//! else goes through [`Response`] and fills the cache.
+//! cached response and patching ID, flags, question case and EDNS, its
+//! answer rotated when it holds several records of one rrset (see `rotate`).
+//! Anything else goes through [`Response`] and fills the cache.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
@@ -24,8 +25,9 @@ use super::log_limit::LogLimit;
 use super::metrics::{DnsMetrics, DnsRecorder};
 use super::opt_check::options_cut;
 use super::question;
-use super::recent::Recent;
+use super::recent::{Recent, Response, View};
 use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
+use super::rotate::{self, Layout, next_turn};
 use crate::index::Index;
 
 /// Datagrams received and answered per system call.
@@ -192,8 +194,7 @@ fn answer(
     out: &mut Vec<u8>,
 ) -> Option<Outcome> {
     if let Some(query) = FastQuery::parse(packet)
-        && let Some(cached) = query.recall(index, recent, packet)
-        && query.reuse(cached, packet, out)
+        && query.recall(index, recent, packet, out)
     {
         let rcode = ResponseCode::from(0, out[3] & 0x0f);
         return Some(Outcome {
@@ -205,7 +206,8 @@ fn answer(
     slow(index, packet, peer, out)
 }
 
-/// Builds the response with hickory, caching it when the name exists.
+/// Builds the response with hickory, caching it when the name exists. An
+/// answer that rotates is sent rotated (ARCHITECTURE.md, "Load spread").
 fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Option<Outcome> {
     let (request, response) = match handle(index, packet, peer, Protocol::Udp) {
         Handled::Answered(request, response) => (request, response),
@@ -216,24 +218,39 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
         Handled::Ignored => return None,
     };
     let limit = response.udp_limit();
-    if let [query] = request.queries.queries()
-        && COMMON_TYPES.contains(&query.query_type())
-        && let Some((slot, full)) = response.cacheable(&request.queries)
+    let edns = request.edns.as_ref().map(|e| e.flags().dnssec_ok);
+    let opt: &[u8] = edns.map_or(&[], |dnssec_ok| &OPT[usize::from(dnssec_ok)]);
+    let slot = match request.queries.queries() {
+        [query] if COMMON_TYPES.contains(&query.query_type()) => response.cache_slot(),
+        _ => None,
+    };
+    // The complete response without EDNS: what the cache keeps, and what
+    // an answer of several records is sent from, rotated.
+    let full = (slot.is_some() || response.answer().answers.len() > 1)
+        .then(|| response.encode(&request.queries, false, u16::MAX).ok())
+        .flatten();
+    let layout = full.as_deref().and_then(Layout::of);
+    if let Some(slot) = slot
+        && let Some(full) = &full
     {
         // The complete response is cached without EDNS (the OPT record is
         // added when reused); one cut to the client's limit keeps its OPT
         // record, so its variant says whether it has one and with which DO.
+        // An answer that rotates is cut from the complete one when sent.
         let question = request.queries.as_bytes();
         let negative = response.answer().answers.is_empty();
-        let edns = request.edns.as_ref().map(|e| e.flags().dnssec_ok);
-        let opt_len = edns.map_or(0, |dnssec_ok| OPT[usize::from(dnssec_ok)].len());
-        if full.len() + opt_len > usize::from(limit)
+        if layout.is_none()
+            && full.len() + opt.len() > usize::from(limit)
             && let Ok(cut) = response.encode(&request.queries, true, limit)
         {
             let variant = cut_variant(limit, edns);
             index.store(slot, question, variant, Arc::from(cut), negative);
         }
-        index.store(slot, question, 0, full, negative);
+        index.store(slot, question, 0, Arc::from(full.as_slice()), negative);
+    }
+    if let (Some(full), Some(layout)) = (&full, &layout) {
+        rotate::write(full, layout, next_turn(), usize::from(limit), opt, out);
+        return Some(response.outcome(&request));
     }
     match response.encode(&request.queries, true, limit) {
         Ok(bytes) => {
@@ -333,77 +350,98 @@ impl FastQuery {
             .map_or(&[], |dnssec_ok| &OPT[usize::from(dnssec_ok)])
     }
 
-    /// The cached response for this query, from `recent` if it has it while
-    /// the index is unchanged, else from the index (then kept in `recent`).
+    /// Writes the cached response for this query into `out`, from `recent`
+    /// if it has it while the index is unchanged, else from the index (then
+    /// kept in `recent`); false if none is cached or it would not fit.
     fn recall(
         &self,
         index: &Index,
         recent: Option<&mut Recent>,
         packet: &[u8],
-    ) -> Option<(Arc<[u8]>, bool)> {
+        out: &mut Vec<u8>,
+    ) -> bool {
         let Some(recent) = recent else {
-            return self.lookup(index, packet);
+            return self
+                .lookup(index, packet)
+                .is_some_and(|response| self.reuse(response.view(next_turn()), packet, out));
         };
         // Read before the index is: a change after it voids what is kept.
         let version = index.version();
-        let limit = u16::try_from(self.limit).ok()?;
-        let key = recent.key(
-            &packet[question::START..self.question_end],
-            limit,
-            self.edns,
-        )?;
-        if let Some(response) = recent.get(key, version) {
-            return Some(response);
+        let Some(key) = u16::try_from(self.limit).ok().and_then(|limit| {
+            recent.key(
+                &packet[question::START..self.question_end],
+                limit,
+                self.edns,
+            )
+        }) else {
+            return false;
+        };
+        if !recent.has(key, version) {
+            let Some(response) = self.lookup(index, packet) else {
+                return false;
+            };
+            recent.put(key, version, response, next_turn());
         }
-        let response = self.lookup(index, packet)?;
-        recent.put(key, version, response.clone());
-        Some(response)
+        recent
+            .get(key, version)
+            .is_some_and(|view| self.reuse(view, packet, out))
     }
 
     /// The cached response for this query: the complete one if it fits the
-    /// client's limit (its OPT record still to add), else the one cut to that
-    /// limit (TC set, OPT included), if stored.
-    fn lookup(&self, index: &Index, packet: &[u8]) -> Option<(Arc<[u8]>, bool)> {
+    /// client's limit or its answer rotates (then it is cut when sent), its
+    /// OPT record still to add; else the one cut to that limit (TC set, OPT
+    /// included), if stored.
+    fn lookup(&self, index: &Index, packet: &[u8]) -> Option<Response> {
         let name = Self::name(packet)?;
         let question = &packet[question::START..self.question_end];
         let full = index.cached(&name, question, 0)?;
-        if full.len() + self.opt().len() <= self.limit {
-            return Some((full, self.edns.is_some()));
+        let layout = Layout::of(&full);
+        if layout.is_some() || full.len() + self.opt().len() <= self.limit {
+            return Some(Response {
+                bytes: full,
+                add_opt: self.edns.is_some(),
+                layout,
+            });
         }
         let limit = u16::try_from(self.limit).ok()?;
-        Some((
-            index.cached(&name, question, cut_variant(limit, self.edns))?,
-            false,
-        ))
+        Some(Response {
+            bytes: index.cached(&name, question, cut_variant(limit, self.edns))?,
+            add_opt: false,
+            layout: None,
+        })
     }
 
-    /// Copies a cached response, patched for this query; false if it would
-    /// not fit (the slow path then truncates it properly).
-    fn reuse(
-        &self,
-        (cached, add_opt): (Arc<[u8]>, bool),
-        packet: &[u8],
-        out: &mut Vec<u8>,
-    ) -> bool {
-        let opt = if add_opt { self.opt() } else { &[] };
+    /// Copies a cached response, rotated by its turn when its answer
+    /// rotates (then cut to the client's limit if need be) and patched for
+    /// this query; false if it would not fit (the slow path then truncates
+    /// it properly).
+    fn reuse(&self, cached: View<'_>, packet: &[u8], out: &mut Vec<u8>) -> bool {
+        let opt = if cached.add_opt { self.opt() } else { &[] };
         let question = question::START..self.question_end;
         let same_question = cached
+            .bytes
             .get(question.clone())
             .is_some_and(|q| q.eq_ignore_ascii_case(&packet[question.clone()]));
-        if !same_question || cached.len() + opt.len() > self.limit {
+        if !same_question {
             return false;
         }
-        out.extend_from_slice(&cached);
+        match cached.layout {
+            Some(layout) => rotate::write(cached.bytes, layout, cached.turn, self.limit, opt, out),
+            None if cached.bytes.len() + opt.len() > self.limit => return false,
+            None => {
+                out.extend_from_slice(cached.bytes);
+                if !opt.is_empty() {
+                    out.extend_from_slice(opt);
+                    out[10..12].copy_from_slice(&1u16.to_be_bytes());
+                }
+            }
+        }
         // ID, then RD (low bit of byte 2) and CD (bit 4 of byte 3) as asked.
         out[..2].copy_from_slice(&packet[..2]);
         out[2] = (out[2] & !0x01) | (packet[2] & 0x01);
         out[3] = (out[3] & !0x10) | (packet[3] & 0x10);
         // The question exactly as asked (same length: only case differs).
         out[question.clone()].copy_from_slice(&packet[question]);
-        if add_opt {
-            out.extend_from_slice(opt);
-            out[10..12].copy_from_slice(&1u16.to_be_bytes());
-        }
         true
     }
 }
@@ -556,6 +594,37 @@ mod tests {
         assert_eq!(after, fresh(&index, packet, peer));
     }
 
+    /// ARCHITECTURE.md, "Load spread": a headless name asked again and
+    /// again over UDP is answered from a worker's recent responses with the
+    /// next record first each time; each response is the fresh one but for
+    /// the order of its answer.
+    #[test]
+    fn repeated_queries_put_each_record_first_in_turn() {
+        let index = demo_index(false);
+        let peer: SocketAddr = "127.0.0.1:53000".parse().unwrap();
+        let mut message = Message::query();
+        let db = Name::from_str("db.shop.svc.clusterset.local.").unwrap();
+        message.add_query(Query::query(db, RecordType::A));
+        let packet = message.to_vec().unwrap();
+        let sorted = |bytes: &[u8]| {
+            let mut message = Message::from_vec(bytes).unwrap();
+            message.answers.sort_by_key(ToString::to_string);
+            message
+        };
+        let mut recent = Recent::default();
+        let mut firsts = Vec::new();
+        for _ in 0..7 {
+            let mut out = Vec::new();
+            answer(&index, Some(&mut recent), &packet, peer, &mut out).expect("answered");
+            assert_eq!(sorted(&out), sorted(&fresh(&index, &packet, peer)));
+            firsts.push(Message::from_vec(&out).unwrap().answers[0].clone());
+        }
+        // The first from the slow path, the rest from `recent`, one turn each.
+        let turns: std::collections::BTreeSet<_> = firsts[1..4].iter().collect();
+        assert_eq!(turns.len(), 3, "three records, three firsts: {firsts:?}");
+        assert_eq!(firsts[1..4], firsts[4..7], "and round again");
+    }
+
     struct StopOnDrop<'a>(&'a AtomicBool);
 
     impl Drop for StopOnDrop<'_> {
@@ -621,7 +690,12 @@ mod tests {
     /// Runs `reuse` into a fresh buffer: whether it answered, and what it wrote.
     fn reuse(packet: &[u8], cached: Vec<u8>, add_opt: bool) -> (bool, Vec<u8>) {
         let mut out = Vec::new();
-        let done = parse(packet).reuse((Arc::from(cached), add_opt), packet, &mut out);
+        let cached = super::Response {
+            bytes: Arc::from(cached),
+            add_opt,
+            layout: None,
+        };
+        let done = parse(packet).reuse(cached.view(0), packet, &mut out);
         (done, out)
     }
 
@@ -847,11 +921,15 @@ mod tests {
         );
         let mut sent = Vec::new();
         respond(&index, &plain, peer, &mut sent).unwrap();
-        let (full, add_opt) = parse(&plain).lookup(&index, &plain).expect("cached");
-        assert_eq!(&full[2..], &sent[2..], "the response sent, ID aside");
-        assert!(!add_opt);
-        let (full, add_opt) = parse(&edns).lookup(&index, &edns).expect("cached");
-        assert_eq!(&full[2..], &sent[2..]);
-        assert!(add_opt);
+        let cached = parse(&plain).lookup(&index, &plain).expect("cached");
+        assert_eq!(
+            &cached.bytes[2..],
+            &sent[2..],
+            "the response sent, ID aside"
+        );
+        assert!(!cached.add_opt);
+        let cached = parse(&edns).lookup(&index, &edns).expect("cached");
+        assert_eq!(&cached.bytes[2..], &sent[2..]);
+        assert!(cached.add_opt);
     }
 }
