@@ -61,6 +61,11 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// Its process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
     /// Kills it at once, as a crash would.
     pub fn kill(mut self) {
         self.process.kill();

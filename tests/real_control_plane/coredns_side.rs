@@ -27,12 +27,12 @@ const NS: &str = "side";
 /// An answer as both servers are compared on: rcode and the records'
 /// types and data (TTLs and order aside).
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Answer {
+pub struct Answer {
     code: ResponseCode,
-    records: BTreeSet<String>,
+    pub records: BTreeSet<String>,
 }
 
-async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
+pub async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
     let response = crate::common::query(at, name, rtype).await;
     Answer {
         code: response.metadata.response_code,
@@ -48,7 +48,7 @@ async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
 /// `multicluster`, CoreDNS's own answers for `clusterset.local`; without,
 /// a cluster's default Corefile plus the shipped stanza forwarding
 /// `clusterset.local` to west's clusterset-dns.
-fn coredns(set: &Clusterset, multicluster: bool) -> Result<(Process, SocketAddr)> {
+pub fn coredns(set: &Clusterset, multicluster: bool) -> Result<(Process, SocketAddr)> {
     let west = &set.member("west").plane;
     let port = free_tcp_port();
     let kubeconfig = west.admin_kubeconfig().display().to_string();

@@ -9,11 +9,13 @@
 //! libtest), printing libtest's lines. `cargo test --test real_control_plane
 //! -- WORD` runs the scenarios whose names contain WORD (the clusterset is
 //! started either way). Needs `bash tests/control-plane/build.sh` first; without
-//! its binaries the suite skips, and fails under CI.
+//! its binaries the suite skips, and fails under CI. The one argument
+//! `bench-coredns` runs the benchmark of `bench/coredns.sh` instead.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bench_coredns;
 mod check;
 mod clusterset;
 mod control_plane;
@@ -78,6 +80,22 @@ fn main() -> ExitCode {
     runtime.block_on(run(&filters))
 }
 
+/// `bench-coredns`: the clusterset, then the benchmark instead of the scenarios.
+async fn bench(started: Instant) -> ExitCode {
+    let result = async {
+        let mut set = Clusterset::start().await?;
+        eprintln!("clusterset up in {:.0?}", started.elapsed());
+        bench_coredns::run(&mut set).await
+    };
+    match result.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run(filters: &[String]) -> ExitCode {
     let all: Vec<(&str, Scenario)> = scenarios![
         security::members_use_their_own_service_accounts,
@@ -102,6 +120,9 @@ async fn run(filters: &[String]) -> ExitCode {
         .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
         .collect();
     let started = Instant::now();
+    if filters == ["bench-coredns"] {
+        return bench(started).await;
+    }
     println!("\nrunning {} tests", chosen.len());
     let mut set = match Clusterset::start().await {
         Ok(set) => set,
