@@ -68,7 +68,7 @@ struct Controller {
     args: KubernetesArgs,
     metrics: Arc<Metrics>,
     queue: Arc<WorkQueue>,
-    state: Arc<Mutex<Pipeline>>,
+    pipeline: Arc<Mutex<Pipeline>>,
     tasks: JoinSet<()>,
     watches: Watches,
     /// Global default of the VIP switch.
@@ -76,18 +76,18 @@ struct Controller {
 }
 
 /// Follows the local cluster and the broker (`source`) until `shutdown`,
-/// feeding `pipeline`, and writes while this replica leads; releases the
+/// feeding the pipeline built from `settings`, and writes while this replica leads; releases the
 /// Lease on the way out.
 pub async fn follow(
-    pipeline: PipelineSettings,
+    settings: PipelineSettings,
     source: Kubernetes,
     args: KubernetesArgs,
     serving: Serving,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = serving.metrics.clone();
-    let index = pipeline.index.clone();
-    let clusterset_ip = pipeline.engine.clusterset_ip;
+    let index = settings.index.clone();
+    let clusterset_ip = settings.engine.clusterset_ip;
     let (sender, mut incoming) = batches();
     let cluster = source.connection.cluster.clone();
     let mut ctx = Controller {
@@ -96,7 +96,7 @@ pub async fn follow(
         args,
         metrics: metrics.clone(),
         queue: Arc::new(WorkQueue::default()),
-        state: Pipeline::new(pipeline, Some(serving))?.shared(),
+        pipeline: Pipeline::new(settings, Some(serving))?.shared(),
         tasks: JoinSet::new(),
         clusterset_ip,
     };
@@ -150,16 +150,16 @@ pub async fn follow(
             })
             .collect();
         {
-            let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pipeline = ctx.pipeline.lock().unwrap_or_else(|e| e.into_inner());
             if !*synced_tx.borrow() && all_synced {
-                state.apply_initial(changes);
+                pipeline.apply_initial(changes);
                 info!(services = index.len(), "first sync done");
                 synced_tx.send_replace(true);
             } else {
-                state.apply(changes);
+                pipeline.apply(changes);
             }
             for cluster in &judged {
-                keys.extend(state.engine().services_of(cluster));
+                keys.extend(pipeline.engine().services_of(cluster));
             }
         }
         for key in keys {
@@ -268,13 +268,13 @@ impl Controller {
         mut cache: reflector::store::Writer<Namespace>,
     ) -> &'static str {
         let queue = self.queue.clone();
-        let state = self.state.clone();
+        let pipeline = self.pipeline.clone();
         self.watches.facts(&mut self.tasks, source, move |event| {
             cache.apply_watcher_event(event);
             if let Event::Apply(ns) = event {
                 let name = ns.name_any();
-                let state = state.lock().unwrap_or_else(|e| e.into_inner());
-                for key in state.engine().keys().filter(|k| *k.namespace == *name) {
+                let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
+                for key in pipeline.engine().keys().filter(|k| *k.namespace == *name) {
                     queue.add(key.clone());
                 }
             }
@@ -360,7 +360,7 @@ impl Controller {
             self.connection.local.clone(),
             self.connection.broker.clone(),
             caches,
-            self.state.clone(),
+            self.pipeline.clone(),
             self.metrics.clone(),
         ));
         let failures: Arc<Failures> = Arc::default();
@@ -392,8 +392,11 @@ impl Controller {
         mut synced: watch::Receiver<bool>,
         mut leading: watch::Receiver<bool>,
     ) {
-        let (queue, state, metrics) =
-            (self.queue.clone(), self.state.clone(), self.metrics.clone());
+        let (queue, pipeline, metrics) = (
+            self.queue.clone(),
+            self.pipeline.clone(),
+            self.metrics.clone(),
+        );
         let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
         self.tasks.spawn(async move {
             if synced.wait_for(|s| *s).await.is_err() {
@@ -406,8 +409,8 @@ impl Controller {
                 }
                 metrics.set_leader(true);
                 let mut keys: HashSet<ServiceKey> = {
-                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
-                    state.engine().keys().cloned().collect()
+                    let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
+                    pipeline.engine().keys().cloned().collect()
                 };
                 // Objects this cluster wrote for services the engine no longer knows.
                 keys.extend(caches.broker_records.services());
