@@ -20,15 +20,15 @@ use tracing::warn;
 
 use super::metrics::DnsMetrics;
 use crate::index::Index;
+use crate::model::backoff::Backoff;
 
 /// Quiet time after a change before notifying: a burst of commits makes one round.
 const DEBOUNCE: Duration = Duration::from_secs(1);
 /// Longest wait for quiet while changes keep coming.
 const MAX_DELAY: Duration = Duration::from_secs(5);
-/// First retry interval; doubled after each unanswered NOTIFY.
-const FIRST_RETRY: Duration = Duration::from_secs(1);
-/// Longest retry interval (RFC 1996 §3.6 suggests 60 s).
-const MAX_RETRY: Duration = Duration::from_secs(60);
+/// Retry interval: 1 s, doubled after each unanswered NOTIFY, up to 60 s
+/// (RFC 1996 §3.6 suggests 60 s).
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// At most one log line per this interval about bad responses.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -105,8 +105,10 @@ async fn notify(
         Ok(socket) if socket.connect(secondary).await.is_ok() => socket,
         _ => return warn!(%secondary, "cannot open a UDP socket to send NOTIFY"),
     };
-    let mut wait = FIRST_RETRY;
+    let mut sent = 0;
     loop {
+        sent += 1;
+        let wait = RETRY.after(sent);
         let id = RandomState::new().hash_one(std::time::Instant::now()) as u16;
         let Ok(message) = message(id, &soa).to_vec() else {
             return warn!(zone = %soa.name, "cannot encode a NOTIFY");
@@ -143,7 +145,6 @@ async fn notify(
                 }
             }
         }
-        wait = (wait * 2).min(MAX_RETRY);
     }
 }
 

@@ -3,6 +3,7 @@
 //! Sources convert Services, ServiceExports and EndpointSlices into these types
 //! (see `source::convert`), so the engine and index never hold whole API objects.
 
+pub mod backoff;
 pub mod conditions;
 pub mod import;
 pub mod intern;

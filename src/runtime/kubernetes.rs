@@ -12,7 +12,7 @@
 //! ServiceExport conditions. This file is the wiring: which watch feeds
 //! what, the writer pool, resync and the heartbeat.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +33,7 @@ use tracing::{info, warn};
 use crate::cli::KubernetesArgs;
 use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records;
+use crate::model::backoff::Backoff;
 use crate::model::{Change, ClusterId, ServiceKey};
 use crate::ops::metrics::Metrics;
 use crate::runtime::assembly::Kubernetes;
@@ -59,8 +60,9 @@ const CLAIM_GRACE: Duration = Duration::from_secs(60);
 /// a claim outlives its record only when a writer stops between the two
 /// writes, and at clusterset size the list is tens of megabytes.
 const SWEEP_EVERY: u32 = 30;
-/// Longest wait before a failed service is written again.
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Waits before a failed service is written again: 40 ms, doubled after
+/// each failure in a row, up to 10 s.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(40), Duration::from_secs(10));
 
 /// Everything the watches and writers share.
 struct Controller {
@@ -95,7 +97,7 @@ pub async fn follow(
         connection: source.connection,
         args,
         metrics: metrics.clone(),
-        queue: Arc::new(WorkQueue::default()),
+        queue: Arc::new(WorkQueue::new(RETRY)),
         pipeline: Pipeline::new(settings, Some(serving))?.shared(),
         tasks: JoinSet::new(),
         clusterset_ip,
@@ -363,9 +365,8 @@ impl Controller {
             self.pipeline.clone(),
             self.metrics.clone(),
         ));
-        let failures: Arc<Failures> = Arc::default();
         for _ in 0..WORKERS {
-            let (writer, queue, failures) = (writer.clone(), self.queue.clone(), failures.clone());
+            let (writer, queue) = (writer.clone(), self.queue.clone());
             let (mut synced, mut leading) = (synced.clone(), leading.clone());
             self.tasks.spawn(async move {
                 while synced.wait_for(|s| *s).await.is_ok()
@@ -375,9 +376,12 @@ impl Controller {
                     let result = writer.sync(&key).await;
                     queue.done(&key);
                     match result {
-                        Ok(()) => failures.succeeded(&key),
-                        Err(WriteError::Waiting(wait)) => queue_after(&queue, key, wait),
-                        Err(error) => failures.retry_later(&queue, key, &error),
+                        Ok(()) => queue.forget(&key),
+                        Err(WriteError::Waiting(wait)) => queue.add_after(key, wait),
+                        Err(error) => {
+                            let delay = queue.add_rate_limited(key.clone());
+                            warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
+                        }
                     }
                 }
             });
@@ -438,42 +442,4 @@ impl Controller {
             }
         });
     }
-}
-
-/// Failed writes in a row, per service, for the writers' backoff.
-#[derive(Default)]
-struct Failures(Mutex<HashMap<ServiceKey, u32>>);
-
-impl Failures {
-    /// `key` was written: its next failure waits the shortest time again.
-    fn succeeded(&self, key: &ServiceKey) {
-        self.lock().remove(key);
-    }
-
-    /// Queues `key` again after a wait that doubles with each failure in a
-    /// row, up to [`MAX_BACKOFF`].
-    fn retry_later(&self, queue: &Arc<WorkQueue>, key: ServiceKey, error: &WriteError) {
-        let failed = {
-            let mut failures = self.lock();
-            let n = failures.entry(key.clone()).or_default();
-            *n += 1;
-            *n
-        };
-        let delay = (Duration::from_millis(20) * 2u32.pow(failed.min(10))).min(MAX_BACKOFF);
-        warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
-        queue_after(queue, key, delay);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Queues `key` again after `delay`.
-fn queue_after(queue: &Arc<WorkQueue>, key: ServiceKey, delay: Duration) {
-    let queue = queue.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
-        queue.add(key);
-    });
 }
