@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::log_limit::LogLimit;
 use super::metrics::DnsMetrics;
 use crate::index::Index;
 use crate::model::backoff::Backoff;
@@ -41,7 +42,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Infallible {
     let mut serials = index.serial_changes();
-    let log = Arc::new(RateLimited::default());
+    let log = Arc::new(LogLimit::new(LOG_EVERY));
     let mut round = JoinSet::new();
     while !secondaries.is_empty() && settled(&mut serials, &shutdown).await {
         if !index.is_synced() {
@@ -94,7 +95,7 @@ async fn notify(
     secondary: SocketAddr,
     soa: Record,
     metrics: Arc<DnsMetrics>,
-    log: Arc<RateLimited>,
+    log: Arc<LogLimit>,
 ) {
     let local: SocketAddr = if secondary.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
@@ -167,24 +168,6 @@ fn response(packet: &[u8], id: u16, zone: &Name) -> Option<ResponseCode> {
         && meta.op_code == OpCode::Notify
         && reply.queries.first().is_some_and(|q| q.name() == zone);
     matches.then_some(meta.response_code)
-}
-
-/// Allows one event per [`LOG_EVERY`].
-#[derive(Default)]
-struct RateLimited {
-    last: Mutex<Option<Instant>>,
-}
-
-impl RateLimited {
-    fn allow(&self) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if last.is_some_and(|l| now.duration_since(l) < LOG_EVERY) {
-            return false;
-        }
-        *last = Some(now);
-        true
-    }
 }
 
 #[cfg(test)]
