@@ -91,12 +91,7 @@ async fn settled(
 }
 
 /// Notifies `secondary` of `soa` until it answers.
-async fn notify(
-    secondary: SocketAddr,
-    soa: Record,
-    metrics: Arc<DnsMetrics>,
-    log: Arc<LogLimit>,
-) {
+async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<DnsMetrics>, log: Arc<LogLimit>) {
     let local: SocketAddr = if secondary.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
