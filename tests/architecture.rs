@@ -477,7 +477,10 @@ fn folder_cycles(files: &[(PathBuf, String)], tolerated: &[(&str, &str, &str)]) 
                 continue;
             }
             let target = match p.get(folder.len()) {
-                Some(next) if modules.contains(&[folder.as_slice(), &[next.clone()]].concat()) => {
+                Some(next)
+                    if modules
+                        .contains(&[folder.as_slice(), std::slice::from_ref(next)].concat()) =>
+                {
                     next.clone()
                 }
                 // An item of the folder's own module, defined in or re-exported by `mod.rs`.
