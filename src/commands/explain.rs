@@ -15,6 +15,6 @@ pub async fn render(args: &ExplainArgs) -> anyhow::Result<String> {
     let explanation = crate::explain::explain(snapshot.engine(), snapshot.index(), &name, rtype);
     Ok(match args.output {
         Format::Json => serde_json::to_string_pretty(&explanation)? + "\n",
-        Format::Text => crate::explain::render_text(&explanation),
+        Format::Text => crate::explain::text::render_text(&explanation),
     })
 }

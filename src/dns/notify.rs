@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
@@ -18,17 +18,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::log_limit::LogLimit;
 use super::metrics::DnsMetrics;
 use crate::index::Index;
+use crate::model::backoff::Backoff;
 
 /// Quiet time after a change before notifying: a burst of commits makes one round.
 const DEBOUNCE: Duration = Duration::from_secs(1);
 /// Longest wait for quiet while changes keep coming.
 const MAX_DELAY: Duration = Duration::from_secs(5);
-/// First retry interval; doubled after each unanswered NOTIFY.
-const FIRST_RETRY: Duration = Duration::from_secs(1);
-/// Longest retry interval (RFC 1996 §3.6 suggests 60 s).
-const MAX_RETRY: Duration = Duration::from_secs(60);
+/// Retry interval: 1 s, doubled after each unanswered NOTIFY, up to 60 s
+/// (RFC 1996 §3.6 suggests 60 s).
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 /// At most one log line per this interval about bad responses.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -41,7 +42,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Infallible {
     let mut serials = index.serial_changes();
-    let log = Arc::new(RateLimited::default());
+    let log = Arc::new(LogLimit::new(LOG_EVERY));
     let mut round = JoinSet::new();
     while !secondaries.is_empty() && settled(&mut serials, &shutdown).await {
         if !index.is_synced() {
@@ -90,12 +91,7 @@ async fn settled(
 }
 
 /// Notifies `secondary` of `soa` until it answers.
-async fn notify(
-    secondary: SocketAddr,
-    soa: Record,
-    metrics: Arc<DnsMetrics>,
-    log: Arc<RateLimited>,
-) {
+async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<DnsMetrics>, log: Arc<LogLimit>) {
     let local: SocketAddr = if secondary.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -105,8 +101,10 @@ async fn notify(
         Ok(socket) if socket.connect(secondary).await.is_ok() => socket,
         _ => return warn!(%secondary, "cannot open a UDP socket to send NOTIFY"),
     };
-    let mut wait = FIRST_RETRY;
+    let mut sent = 0;
     loop {
+        sent += 1;
+        let wait = RETRY.after(sent);
         let id = RandomState::new().hash_one(std::time::Instant::now()) as u16;
         let Ok(message) = message(id, &soa).to_vec() else {
             return warn!(zone = %soa.name, "cannot encode a NOTIFY");
@@ -143,7 +141,6 @@ async fn notify(
                 }
             }
         }
-        wait = (wait * 2).min(MAX_RETRY);
     }
 }
 
@@ -166,24 +163,6 @@ fn response(packet: &[u8], id: u16, zone: &Name) -> Option<ResponseCode> {
         && meta.op_code == OpCode::Notify
         && reply.queries.first().is_some_and(|q| q.name() == zone);
     matches.then_some(meta.response_code)
-}
-
-/// Allows one event per [`LOG_EVERY`].
-#[derive(Default)]
-struct RateLimited {
-    last: Mutex<Option<Instant>>,
-}
-
-impl RateLimited {
-    fn allow(&self) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if last.is_some_and(|l| now.duration_since(l) < LOG_EVERY) {
-            return false;
-        }
-        *last = Some(now);
-        true
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The reconciler: keeps every cluster's inputs per service and turns them
+//! The engine: keeps every cluster's inputs per service and turns them
 //! into imports, export conditions and VIPs. No I/O and no clock: sources feed
 //! it [`Change`]s, the index reads the [`Import`]s it returns.
 

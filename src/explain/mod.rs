@@ -21,8 +21,6 @@ use crate::model::conditions::{CONFLICT, Condition, VALID};
 use crate::model::import::{ExportStatus, Import};
 use crate::model::{ImportType, IpFamily, ServiceKey};
 
-pub use text::render_text;
-
 /// Everything `explain` reports about one question.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,8 +1,9 @@
 //! The compact, Kubernetes-independent facts the engine reconciles.
 //!
 //! Sources convert Services, ServiceExports and EndpointSlices into these types
-//! (see `source::convert`), so the engine and index never hold whole API objects.
+//! (see `k8s::convert`), so the engine and index never hold whole API objects.
 
+pub mod backoff;
 pub mod conditions;
 pub mod import;
 pub mod intern;

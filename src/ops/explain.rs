@@ -39,7 +39,7 @@ pub fn reply(query: Option<&str>, published: &Published, index: &Index) -> Reply
         return (
             StatusCode::OK,
             "text/plain",
-            crate::explain::render_text(&explanation),
+            crate::explain::text::render_text(&explanation),
         );
     }
     match serde_json::to_string_pretty(&explanation) {

@@ -65,7 +65,7 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// Not ready when a source has not synced for longer than this.
     pub max_sync_age: Duration,
-    /// The reconciler, for `/debug/explain`.
+    /// The pipeline's engine, for `/debug/explain`.
     pub published: Arc<Published>,
 }
 

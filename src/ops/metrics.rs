@@ -1,5 +1,5 @@
 //! Prometheus metrics of the process, every name prefixed `clusterset_dns_`:
-//! the reconciler's, the sources' and the writer's here, and the DNS side's
+//! the pipeline's, the sources' and the writer's here, and the DNS side's
 //! own ([`DnsMetrics`]) registered in the same registry.
 
 use std::collections::BTreeMap;

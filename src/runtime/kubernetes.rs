@@ -12,7 +12,7 @@
 //! ServiceExport conditions. This file is the wiring: which watch feeds
 //! what, the writer pool, resync and the heartbeat.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +33,7 @@ use tracing::{info, warn};
 use crate::cli::KubernetesArgs;
 use crate::k8s::crd::v1alpha1::ServiceImport;
 use crate::k8s::records;
+use crate::model::backoff::Backoff;
 use crate::model::{Change, ClusterId, ServiceKey};
 use crate::ops::metrics::Metrics;
 use crate::runtime::assembly::Kubernetes;
@@ -59,8 +60,9 @@ const CLAIM_GRACE: Duration = Duration::from_secs(60);
 /// a claim outlives its record only when a writer stops between the two
 /// writes, and at clusterset size the list is tens of megabytes.
 const SWEEP_EVERY: u32 = 30;
-/// Longest wait before a failed service is written again.
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Waits before a failed service is written again: 40 ms, doubled after
+/// each failure in a row, up to 10 s.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(40), Duration::from_secs(10));
 
 /// Everything the watches and writers share.
 struct Controller {
@@ -68,7 +70,7 @@ struct Controller {
     args: KubernetesArgs,
     metrics: Arc<Metrics>,
     queue: Arc<WorkQueue>,
-    state: Arc<Mutex<Pipeline>>,
+    pipeline: Arc<Mutex<Pipeline>>,
     tasks: JoinSet<()>,
     watches: Watches,
     /// Global default of the VIP switch.
@@ -76,18 +78,18 @@ struct Controller {
 }
 
 /// Follows the local cluster and the broker (`source`) until `shutdown`,
-/// feeding `pipeline`, and writes while this replica leads; releases the
+/// feeding the pipeline built from `settings`, and writes while this replica leads; releases the
 /// Lease on the way out.
 pub async fn follow(
-    pipeline: PipelineSettings,
+    settings: PipelineSettings,
     source: Kubernetes,
     args: KubernetesArgs,
     serving: Serving,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = serving.metrics.clone();
-    let index = pipeline.index.clone();
-    let clusterset_ip = pipeline.engine.clusterset_ip;
+    let index = settings.index.clone();
+    let clusterset_ip = settings.engine.clusterset_ip;
     let (sender, mut incoming) = batches();
     let cluster = source.connection.cluster.clone();
     let mut ctx = Controller {
@@ -95,8 +97,8 @@ pub async fn follow(
         connection: source.connection,
         args,
         metrics: metrics.clone(),
-        queue: Arc::new(WorkQueue::default()),
-        state: Pipeline::new(pipeline, Some(serving))?.shared(),
+        queue: Arc::new(WorkQueue::new(RETRY)),
+        pipeline: Pipeline::new(settings, Some(serving))?.shared(),
         tasks: JoinSet::new(),
         clusterset_ip,
     };
@@ -150,16 +152,16 @@ pub async fn follow(
             })
             .collect();
         {
-            let mut state = ctx.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pipeline = ctx.pipeline.lock().unwrap_or_else(|e| e.into_inner());
             if !*synced_tx.borrow() && all_synced {
-                state.apply_initial(changes);
+                pipeline.apply_initial(changes);
                 info!(services = index.len(), "first sync done");
                 synced_tx.send_replace(true);
             } else {
-                state.apply(changes);
+                pipeline.apply(changes);
             }
             for cluster in &judged {
-                keys.extend(state.engine().services_of(cluster));
+                keys.extend(pipeline.engine().services_of(cluster));
             }
         }
         for key in keys {
@@ -268,13 +270,13 @@ impl Controller {
         mut cache: reflector::store::Writer<Namespace>,
     ) -> &'static str {
         let queue = self.queue.clone();
-        let state = self.state.clone();
+        let pipeline = self.pipeline.clone();
         self.watches.facts(&mut self.tasks, source, move |event| {
             cache.apply_watcher_event(event);
             if let Event::Apply(ns) = event {
                 let name = ns.name_any();
-                let state = state.lock().unwrap_or_else(|e| e.into_inner());
-                for key in state.engine().keys().filter(|k| *k.namespace == *name) {
+                let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
+                for key in pipeline.engine().keys().filter(|k| *k.namespace == *name) {
                     queue.add(key.clone());
                 }
             }
@@ -360,12 +362,11 @@ impl Controller {
             self.connection.local.clone(),
             self.connection.broker.clone(),
             caches,
-            self.state.clone(),
+            self.pipeline.clone(),
             self.metrics.clone(),
         ));
-        let failures: Arc<Failures> = Arc::default();
         for _ in 0..WORKERS {
-            let (writer, queue, failures) = (writer.clone(), self.queue.clone(), failures.clone());
+            let (writer, queue) = (writer.clone(), self.queue.clone());
             let (mut synced, mut leading) = (synced.clone(), leading.clone());
             self.tasks.spawn(async move {
                 while synced.wait_for(|s| *s).await.is_ok()
@@ -375,9 +376,12 @@ impl Controller {
                     let result = writer.sync(&key).await;
                     queue.done(&key);
                     match result {
-                        Ok(()) => failures.succeeded(&key),
-                        Err(WriteError::Waiting(wait)) => queue_after(&queue, key, wait),
-                        Err(error) => failures.retry_later(&queue, key, &error),
+                        Ok(()) => queue.forget(&key),
+                        Err(WriteError::Waiting(wait)) => queue.add_after(key, wait),
+                        Err(error) => {
+                            let delay = queue.add_rate_limited(key.clone());
+                            warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
+                        }
                     }
                 }
             });
@@ -392,8 +396,11 @@ impl Controller {
         mut synced: watch::Receiver<bool>,
         mut leading: watch::Receiver<bool>,
     ) {
-        let (queue, state, metrics) =
-            (self.queue.clone(), self.state.clone(), self.metrics.clone());
+        let (queue, pipeline, metrics) = (
+            self.queue.clone(),
+            self.pipeline.clone(),
+            self.metrics.clone(),
+        );
         let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
         self.tasks.spawn(async move {
             if synced.wait_for(|s| *s).await.is_err() {
@@ -406,8 +413,8 @@ impl Controller {
                 }
                 metrics.set_leader(true);
                 let mut keys: HashSet<ServiceKey> = {
-                    let state = state.lock().unwrap_or_else(|e| e.into_inner());
-                    state.engine().keys().cloned().collect()
+                    let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
+                    pipeline.engine().keys().cloned().collect()
                 };
                 // Objects this cluster wrote for services the engine no longer knows.
                 keys.extend(caches.broker_records.services());
@@ -435,42 +442,4 @@ impl Controller {
             }
         });
     }
-}
-
-/// Failed writes in a row, per service, for the writers' backoff.
-#[derive(Default)]
-struct Failures(Mutex<HashMap<ServiceKey, u32>>);
-
-impl Failures {
-    /// `key` was written: its next failure waits the shortest time again.
-    fn succeeded(&self, key: &ServiceKey) {
-        self.lock().remove(key);
-    }
-
-    /// Queues `key` again after a wait that doubles with each failure in a
-    /// row, up to [`MAX_BACKOFF`].
-    fn retry_later(&self, queue: &Arc<WorkQueue>, key: ServiceKey, error: &WriteError) {
-        let failed = {
-            let mut failures = self.lock();
-            let n = failures.entry(key.clone()).or_default();
-            *n += 1;
-            *n
-        };
-        let delay = (Duration::from_millis(20) * 2u32.pow(failed.min(10))).min(MAX_BACKOFF);
-        warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
-        queue_after(queue, key, delay);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Queues `key` again after `delay`.
-fn queue_after(queue: &Arc<WorkQueue>, key: ServiceKey, delay: Duration) {
-    let queue = queue.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
-        queue.add(key);
-    });
 }

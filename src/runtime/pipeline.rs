@@ -29,7 +29,7 @@ pub struct PipelineSettings {
 pub struct Serving {
     /// Metrics to keep current.
     pub metrics: Arc<Metrics>,
-    /// Where the reconciler is published for `/debug/explain`.
+    /// Where the pipeline's engine is published for `/debug/explain`.
     pub published: Arc<Published>,
 }
 
@@ -96,7 +96,7 @@ impl Pipeline {
         self.index.set_synced();
     }
 
-    /// Shares the reconciler between the source's task and the writers,
+    /// Shares the pipeline between the source's task and the writers,
     /// and publishes it for `/debug/explain`.
     pub fn shared(self) -> Arc<Mutex<Self>> {
         let published = self.serving.as_ref().map(|s| s.published.clone());

@@ -26,7 +26,7 @@ use crate::runtime::assembly::{self, Assembly, Source};
 use crate::runtime::kubernetes;
 use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};
 use crate::sources::manifests::ManifestSource;
-use crate::sources::watch::spawn_watcher;
+use crate::sources::manifests::watch::spawn_watcher;
 
 /// Longest wait for TCP queries in flight at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -131,7 +131,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         shutdown.clone(),
     );
     let serving = Serving { metrics, published };
-    let mut reconcile: Task = match source {
+    let mut follow: Task = match source {
         Source::Manifests(manifests) => Box::pin(follow_manifests(
             pipeline,
             manifests,
@@ -160,10 +160,10 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         tokio::select! {
             stopped = &mut dns => {
                 // Let the source wrap up (the leader Lease is released there).
-                let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut reconcile).await;
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut follow).await;
                 stopped
             }
-            followed = &mut reconcile => {
+            followed = &mut follow => {
                 followed?;
                 dns.await
             }
@@ -215,24 +215,24 @@ type Task = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
 /// Loads the manifest directory, then applies every rescan the watcher
 /// reports until `shutdown`.
 async fn follow_manifests(
-    pipeline: PipelineSettings,
+    settings: PipelineSettings,
     mut source: ManifestSource,
     serving: Serving,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = serving.metrics.clone();
     let (tx, mut rx) = mpsc::channel::<Vec<Change>>(16);
-    let (reconciler, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let index = pipeline.index.clone();
+    let (pipeline, watcher) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let index = settings.index.clone();
         // Shared (and published for /debug/explain) before the index answers.
-        let reconciler = Pipeline::new(pipeline, Some(serving))?.shared();
+        let pipeline = Pipeline::new(settings, Some(serving))?.shared();
         let initial = source.rescan(&HashSet::new());
-        reconciler
+        pipeline
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .apply_initial(initial);
         info!(services = index.len(), "first sync done");
-        Ok((reconciler, spawn_watcher(source, tx)?))
+        Ok((pipeline, spawn_watcher(source, tx)?))
     })
     .await??;
     metrics.source_synced(MANIFESTS, watcher.problems().len());
@@ -242,7 +242,7 @@ async fn follow_manifests(
             batch = rx.recv() => batch,
         };
         let Some(batch) = batch else { break };
-        reconciler
+        pipeline
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .apply(batch);

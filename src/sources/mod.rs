@@ -8,6 +8,4 @@
 pub mod kubernetes;
 pub mod manifests;
 
-pub use manifests::watch;
 pub use manifests::{ManifestSource, Problem};
-pub use watch::{WatchHandle, spawn_watcher};

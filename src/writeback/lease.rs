@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::api::{conflict_is_false, is_code};
+use super::api::conflict_is_false;
 use super::observed::Observed;
 use crate::ops::metrics::Metrics;
 
@@ -165,14 +165,9 @@ impl Candidate {
 
     /// The outcome of writing the Lease; what was written is now the observed record.
     fn write(&mut self, written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
-        match written {
-            Ok(lease) => {
-                self.observed = Some(Observed::new(lease.spec, Instant::now()));
-                Ok(true)
-            }
-            Err(e) if is_code(&e, 409) => Ok(false),
-            Err(e) => Err(e),
-        }
+        conflict_is_false(written.map(|lease| {
+            self.observed = Some(Observed::new(lease.spec, Instant::now()));
+        }))
     }
 
     /// Gives the Lease up so another replica takes over at once.

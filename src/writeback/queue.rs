@@ -2,14 +2,19 @@
 //! is queued at most once, never handed to two workers at once, and queued
 //! again if it changes while a worker has it. Keys queued because something
 //! changed go before keys queued by a periodic resync, so that a resync of
-//! every service at clusterset scale does not delay a change.
+//! every service at clusterset scale does not delay a change. A key whose
+//! write failed comes back after a backoff that grows with its failures in a
+//! row, as in client-go's rate-limited work queue (`add_rate_limited`,
+//! `forget`, `add_after`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::model::ServiceKey;
+use crate::model::backoff::Backoff;
 
 #[derive(Default)]
 struct State {
@@ -19,6 +24,8 @@ struct State {
     queued: HashMap<ServiceKey, bool>,
     running: HashSet<ServiceKey>,
     again: HashSet<ServiceKey>,
+    /// Failed writes in a row, per key, for the backoff.
+    failures: HashMap<ServiceKey, u32>,
 }
 
 impl State {
@@ -42,13 +49,22 @@ impl State {
 }
 
 /// Services waiting to be written.
-#[derive(Default)]
 pub struct WorkQueue {
     state: Mutex<State>,
     ready: Notify,
+    backoff: Backoff,
 }
 
 impl WorkQueue {
+    /// An empty queue whose failed keys come back after `backoff`.
+    pub fn new(backoff: Backoff) -> Self {
+        Self {
+            state: Mutex::default(),
+            ready: Notify::new(),
+            backoff,
+        }
+    }
+
     /// Queues `key`, something changed for it, unless it is queued already
     /// (a key waiting for a resync moves ahead).
     pub fn add(&self, key: ServiceKey) {
@@ -103,6 +119,34 @@ impl WorkQueue {
         }
     }
 
+    /// Queues `key` again after `delay`.
+    pub fn add_after(self: &Arc<Self>, key: ServiceKey, delay: Duration) {
+        let queue = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            queue.add(key);
+        });
+    }
+
+    /// Counts one more failure in a row for `key` and queues it again after
+    /// the backoff for that many; returns the wait.
+    pub fn add_rate_limited(self: &Arc<Self>, key: ServiceKey) -> Duration {
+        let failed = {
+            let mut state = self.lock();
+            let n = state.failures.entry(key.clone()).or_default();
+            *n = n.saturating_add(1);
+            *n
+        };
+        let delay = self.backoff.after(failed);
+        self.add_after(key, delay);
+        delay
+    }
+
+    /// `key` was written: its next failure waits the shortest time again.
+    pub fn forget(&self, key: &ServiceKey) {
+        self.lock().failures.remove(key);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -126,7 +170,7 @@ mod tests {
 
     #[tokio::test]
     async fn keys_are_queued_once_and_never_run_twice_at_once() {
-        let queue = WorkQueue::default();
+        let queue = WorkQueue::new(Backoff::new(Duration::ZERO, Duration::ZERO));
         let (a, b) = (ServiceKey::new("ns", "a"), ServiceKey::new("ns", "b"));
         queue.add(a.clone());
         queue.add(b.clone());
@@ -144,7 +188,7 @@ mod tests {
 
     #[tokio::test]
     async fn changed_keys_go_before_resynced_ones() {
-        let queue = WorkQueue::default();
+        let queue = WorkQueue::new(Backoff::new(Duration::ZERO, Duration::ZERO));
         let key = |n: &str| ServiceKey::new("ns", n);
         queue.add_later(key("r1"));
         queue.add_later(key("r2"));
@@ -156,6 +200,23 @@ mod tests {
         assert_eq!(queue.next().await, key("c"));
         assert_eq!(queue.next().await, key("r2"));
         assert_eq!(queue.next().await, key("r1"));
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn failed_keys_come_back_after_a_growing_backoff() {
+        let backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(4));
+        let queue = Arc::new(WorkQueue::new(backoff));
+        let key = ServiceKey::new("ns", "a");
+        let waits: Vec<Duration> = (0..4)
+            .map(|_| queue.add_rate_limited(key.clone()))
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(waits, [ms(1), ms(2), ms(4), ms(4)]);
+        queue.forget(&key);
+        assert_eq!(queue.add_rate_limited(key.clone()), ms(1), "forgotten");
+        let back = tokio::time::timeout(Duration::from_secs(30), queue.next()).await;
+        assert_eq!(back.ok(), Some(key), "queued again after the wait");
         assert!(queue.is_empty());
     }
 }

@@ -179,7 +179,8 @@ pub struct Writer {
     broker: Client,
     claims: VipClaims,
     caches: Caches,
-    state: Arc<dyn EngineReader>,
+    /// The engine, read under the pipeline's lock (ARCHITECTURE.md, "The flow").
+    engine: Arc<dyn EngineReader>,
     metrics: Arc<Metrics>,
     /// Services whose VIPs are missing, since when this member waits for
     /// the oldest export's cluster to claim them.
@@ -218,7 +219,7 @@ impl Writer {
         local: Client,
         broker: Client,
         caches: Caches,
-        state: Arc<dyn EngineReader>,
+        engine: Arc<dyn EngineReader>,
         metrics: Arc<Metrics>,
     ) -> Self {
         let claims = VipClaims::new(broker.clone(), &settings.broker_namespace);
@@ -228,7 +229,7 @@ impl Writer {
             broker,
             claims,
             caches,
-            state,
+            engine,
             metrics,
             waiting: Mutex::default(),
             slice_objects_dropped: AtomicBool::new(false),
@@ -263,7 +264,7 @@ impl Writer {
 
     fn snapshot(&self, key: &ServiceKey) -> Snapshot {
         let mut snapshot = None;
-        self.state
+        self.engine
             .read(&mut |engine| snapshot = Some(self.snapshot_of(engine, key)));
         snapshot.expect("read calls back once")
     }

@@ -19,8 +19,8 @@ use hashbrown::HashTable;
 use litemap::LiteMap;
 use smallvec::SmallVec;
 
-use super::Problem;
 use super::documents::{Pieces, Reusable};
+use super::problem::Problem;
 use crate::model::{ClusterId, Object, ServiceKey};
 
 /// The hasher of the big maps (the standard one is DoS-resistant and slower;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
 
-use super::Problem;
 use super::files::Stamp;
+use super::problem::Problem;
 use crate::model::{ClusterId, is_dns_label};
 
 /// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
