@@ -5,8 +5,6 @@
 //! ServiceExport conditions, for the mcs-api conformance scenarios.
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
 #[path = "support/kube_clusterset.rs"]
 mod kube_clusterset;
 

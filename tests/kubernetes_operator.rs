@@ -3,8 +3,6 @@
 //! instances writing the state they read).
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
 #[path = "support/kube_clusterset.rs"]
 mod kube_clusterset;
 

@@ -5,9 +5,6 @@
 //! renew stops leading within the renew deadline (two thirds of the
 //! duration), before any other replica may take over.
 
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-
 use std::time::{Duration, Instant};
 
 use clusterset_dns::ops::metrics::Metrics;

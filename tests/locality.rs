@@ -7,8 +7,6 @@
 //! mode is the member it runs in.
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
 #[path = "support/kube_clusterset.rs"]
 mod kube_clusterset;
 

@@ -7,8 +7,6 @@
 //! 404 is unknown, not empty, and is reported (metric and log line).
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
 #[path = "support/kube_clusterset.rs"]
 mod kube_clusterset;
 

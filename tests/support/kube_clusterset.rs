@@ -3,7 +3,7 @@
 //! (in this process, `serve --source kubernetes`, talking HTTP to the fakes
 //! with the real kube client).
 //!
-//! Include after `common` and `fake_apiserver`:
+//! Include after `common`:
 //! `#[path = "support/kube_clusterset.rs"] mod kube_clusterset;`.
 
 #![allow(dead_code)]
@@ -14,13 +14,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clusterset_dns::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use fake_apiserver::FakeApiServer;
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 use tempfile::TempDir;
 
 use crate::common::{Doc, Outcome, Server, resolve, start, start_loading};
-use crate::fake_apiserver::FakeApiServer;
 
 /// Namespace of the shared state on the broker.
 pub const BROKER_NAMESPACE: &str = "clusterset-broker";
