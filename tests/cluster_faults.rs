@@ -5,7 +5,7 @@
 //! rebuilt with the same VIPs.
 
 mod common;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::collections::BTreeSet;

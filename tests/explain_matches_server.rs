@@ -8,7 +8,7 @@
 //! name of it (KEP-1645 "Namespace sameness").
 
 mod common;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::net::{IpAddr, SocketAddr};

@@ -5,7 +5,7 @@
 //! ServiceExport conditions, for the mcs-api conformance scenarios.
 
 mod common;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::collections::BTreeSet;

@@ -7,7 +7,7 @@
 //! mode is the member it runs in.
 
 mod common;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use common::*;

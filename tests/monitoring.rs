@@ -4,7 +4,7 @@
 //! member, which has every series: histograms as `_bucket`, `_sum`, `_count`).
 
 mod common;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::collections::BTreeSet;

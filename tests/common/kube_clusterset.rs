@@ -3,8 +3,9 @@
 //! (in this process, `serve --source kubernetes`, talking HTTP to the fakes
 //! with the real kube client).
 //!
-//! Include after `common`:
-//! `#[path = "support/kube_clusterset.rs"] mod kube_clusterset;`.
+//! Not a module of `common` (which every test binary builds): a test file in
+//! Kubernetes mode includes it after `common` with
+//! `#[path = "common/kube_clusterset.rs"] mod kube_clusterset;`.
 
 #![allow(dead_code)]
 
