@@ -3,6 +3,8 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# A workspace member: cargo reads its manifest even when building the binary.
+COPY tests/fake-apiserver ./tests/fake-apiserver
 RUN cargo build --release --locked
 
 FROM debian:bookworm-slim

@@ -11,9 +11,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "../tests/support/kube_clusterset.rs"]
+#[path = "../tests/common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::time::{Duration, Instant};

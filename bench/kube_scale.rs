@@ -15,8 +15,6 @@ mod apis;
 mod churn;
 #[path = "../tests/common/mod.rs"]
 mod common;
-#[path = "../tests/support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
 #[path = "kube_scale/layout.rs"]
 mod layout;
 #[path = "kube_scale/member.rs"]

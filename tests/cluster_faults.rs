@@ -1,13 +1,12 @@
-//! Clusters that die or come back, and a broker that loses its state, in
-//! Kubernetes mode (three members and a broker, each a fake API server spoken
-//! to by the real kube client): a member whose heartbeat stops is dropped
-//! from every other member's answers and returns by itself; a wiped broker is
-//! rebuilt with the same VIPs.
+//! Faults in Kubernetes mode (three members and a broker, each a fake API
+//! server spoken to by the real kube client): watches cut or expired, the
+//! broker hung or restarted and a member's API server restarted leave every
+//! answer in place and converge afterwards; a member whose heartbeat stops
+//! is dropped from every other member's answers and returns by itself; a
+//! wiped broker is rebuilt with the same VIPs.
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::collections::BTreeSet;
@@ -28,12 +27,7 @@ const WEB: &str = "web.shop.svc.clusterset.local.";
 
 /// Three IPv4 members with the namespace `shop`, judging heartbeats after 3 s.
 async fn three() -> KubeClusterset {
-    let members = [("east", "IPv4"), ("north", "IPv4"), ("west", "IPv4")];
-    let set = KubeClusterset::start_with(&members, &["--cluster-timeout", "3"]).await;
-    for member in &set.members {
-        member.api.create_namespace("shop");
-    }
-    set
+    KubeClusterset::three(&["--cluster-timeout", "3"]).await
 }
 
 /// East and west export a headless `db` (one pod each) and a ClusterIP `web`.
@@ -82,6 +76,106 @@ fn import_ready(set: &KubeClusterset, id: &str, name: &str) -> (String, String) 
         .find(|c| c.type_ == "Ready")
         .expect("Ready");
     (ready.status, ready.message)
+}
+
+/// Cut watches, `410 Gone`, the broker down for a while, a member API server
+/// restarted: DNS keeps answering with what it knew, and everything
+/// converges afterwards with nothing lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_keep_last_answers_and_converge_after_recovery() {
+    // The default `--cluster-timeout`, not the 3 s of `three()`.
+    let set = KubeClusterset::three(&[]).await;
+    let svc = |n: &str, ip: &str| cluster_ip("shop", n, &[ip]).exported();
+    set.apply("east", svc("web", "10.1.0.10"));
+    set.apply("west", svc("web", "10.3.0.10"));
+    served_everywhere(&set, WEB).await;
+
+    // Every watch cut: they resume from their resourceVersion.
+    for api in set.members.iter().map(|m| &m.api).chain([&set.broker]) {
+        api.cut_watches();
+    }
+    set.apply("north", svc("api", "10.2.0.11"));
+    served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
+
+    // History compacted, then cut: the broker watches get 410 and list again.
+    set.broker.compact();
+    set.broker.cut_watches();
+    set.apply("east", svc("cart", "10.1.0.12"));
+    served_everywhere(&set, "cart.shop.svc.clusterset.local.").await;
+    let ops = set.member("north").servers[0].running().metrics_addr;
+    eventually_within(CONVERGE, "north counted a broker watch restart", true, || async {
+        let restarts = |resource: &'static str| async move {
+            let series = format!("clusterset_dns_watch_restarts_total{{resource=\"{resource}\",source=\"{resource}\"}}");
+            scrape(ops, &series).await
+        };
+        restarts("broker/serviceimports").await + restarts("broker/endpointslices").await >= 1.0
+    })
+    .await;
+
+    // The broker hangs: every member still answers what it knew.
+    set.broker.pause();
+    let db = headless("shop", "db", &["IPv4"]);
+    set.apply("east", db.exported());
+    set.apply("east", [slice("shop", "db-east", "db", &[ep("10.1.0.40")])]);
+    let db_name = "db.shop.svc.clusterset.local.";
+    // East serves its own new endpoints at once; the others learn them from the broker later.
+    eventually_within(
+        CONVERGE,
+        "east serves its own export",
+        ips(["10.1.0.40"]),
+        || set.resolve("east", db_name, RecordType::A),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        set.resolve("north", db_name, RecordType::A).await,
+        Outcome::NxDomain
+    );
+    served_everywhere(&set, WEB).await;
+    set.broker.resume();
+    everywhere(&set, db_name, RecordType::A, ips(["10.1.0.40"])).await;
+
+    // The broker stops, then restarts without its watch history.
+    set.broker.stop().await;
+    set.unexport("west", "shop", "web");
+    served_everywhere(&set, WEB).await;
+    set.broker
+        .restart(fake_apiserver::RestartMode::KeepObjects)
+        .await;
+    import_clusters_become(&set, "shop", "web", "west left the import", &["east"]).await;
+
+    // North's own API server restarts: north keeps answering meanwhile.
+    let north = &set.member("north").api;
+    north.stop().await;
+    served_everywhere(&set, WEB).await;
+    north
+        .restart(fake_apiserver::RestartMode::KeepObjects)
+        .await;
+    set.apply("north", svc("late", "10.2.0.13"));
+    served_everywhere(&set, "late.shop.svc.clusterset.local.").await;
+
+    // Nothing duplicated: one claim per import, one mirror per source slice.
+    let mut vips = BTreeSet::new();
+    for name in ["web", "api", "cart", "late"] {
+        vips.insert((
+            agreed_vip(&set, "shop", name).await.to_string(),
+            format!("shop/{name}"),
+        ));
+    }
+    eventually_within(
+        CONVERGE,
+        "claims are exactly the VIPs in use",
+        vips,
+        || async { set.claims() },
+    )
+    .await;
+    eventually_within(
+        CONVERGE,
+        "one mirror of east's db slice in north",
+        1,
+        || async { set.mcs_slices("north", "shop", "db").len() },
+    )
+    .await;
 }
 
 /// A member that stops (its process killed: nothing released, nothing

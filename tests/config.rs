@@ -1,6 +1,9 @@
-//! `--config FILE`, `check` and the log flags, through the real binary.
+//! `--config FILE`, `check` (in both modes) and the log flags, through the
+//! real binary.
 
 mod common;
+#[path = "common/kube_clusterset.rs"]
+mod kube_clusterset;
 
 use std::path::Path;
 use std::process::Output;
@@ -8,6 +11,7 @@ use std::process::Output;
 use clusterset_dns::cli::config_file;
 use clusterset_dns::cli::{Command as CliCommand, SourceKind};
 use common::{run_binary, run_binary_with, the_import};
+use kube_clusterset::BROKER_NAMESPACE;
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -215,6 +219,71 @@ fn check_fails_on_a_missing_or_broken_manifest_directory() {
     let (_cfg, file) = config("ttl: -5\n");
     let output = run_binary(&["check", "--config", &file]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+}
+
+/// `check --source kubernetes` reaches both API servers and reports what
+/// would keep `serve` from working, without writing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reaches_the_api_servers() {
+    let (member, broker) = (
+        fake_apiserver::FakeApiServer::start().await,
+        fake_apiserver::FakeApiServer::start().await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (local, shared) = (dir.path().join("member"), dir.path().join("broker"));
+    member.write_kubeconfig(&local, "member").unwrap();
+    broker.write_kubeconfig(&shared, "broker").unwrap();
+    let args: Vec<String> = [
+        "check",
+        "--source",
+        "kubernetes",
+        "--cluster-id",
+        "east",
+        "--kubeconfig",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([local.display().to_string(), "--broker-kubeconfig".into()])
+    .chain([shared.display().to_string()])
+    .collect();
+    let check = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_binary(&args)
+        })
+    };
+    let output = check(args.clone()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("namespace clusterset-broker does not exist"),
+        "{stderr}"
+    );
+
+    broker.create_namespace(BROKER_NAMESPACE);
+    let output = check(args.clone()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("local cluster east: ServiceExports readable"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 ServiceImports"), "{stdout}");
+    assert_eq!(
+        member.request_count(fake_apiserver::Verb::Create),
+        0,
+        "check writes nothing"
+    );
+
+    // A CRD that no longer serves the version read is named, with the version.
+    member.unregister("multicluster.x-k8s.io", "v1alpha1", "serviceexports");
+    let output = check(args).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("serviceexports.multicluster.x-k8s.io/v1alpha1 is not served"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -8,9 +8,7 @@
 //! name of it (KEP-1645 "Namespace sameness").
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::net::{IpAddr, SocketAddr};

@@ -5,9 +5,7 @@
 //! ServiceExport conditions, for the mcs-api conformance scenarios.
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::collections::BTreeSet;
@@ -20,50 +18,10 @@ use hickory_proto::rr::RecordType;
 use kube_clusterset::*;
 
 const WEB: &str = "web.shop.svc.clusterset.local.";
-const ALL: [&str; 3] = ["east", "north", "west"];
-
-/// Three IPv4 members, each with the namespace `shop`.
-async fn three() -> KubeClusterset {
-    let set = KubeClusterset::start(&[("east", "IPv4"), ("north", "IPv4"), ("west", "IPv4")]).await;
-    for member in &set.members {
-        member.api.create_namespace("shop");
-    }
-    set
-}
-
-/// Waits until every member answers `name` `rtype` with `expected`.
-async fn everywhere(set: &KubeClusterset, name: &str, rtype: RecordType, expected: Outcome) {
-    for id in ALL {
-        eventually_within(
-            CONVERGE,
-            &format!("{rtype} {name} from {id}"),
-            expected.clone(),
-            || set.resolve(id, name, rtype),
-        )
-        .await;
-    }
-}
-
-/// The one VIP every member's ServiceImport agrees on.
-async fn agreed_vip(set: &KubeClusterset, ns: &str, name: &str) -> IpAddr {
-    let mut seen = BTreeSet::new();
-    for id in ALL {
-        eventually_within(
-            CONVERGE,
-            &format!("ServiceImport {ns}/{name} in {id}"),
-            1,
-            || async { set.import(id, ns, name).map_or(0, |i| i.spec.ips.len()) },
-        )
-        .await;
-        seen.extend(import_ips(&set.import(id, ns, name).unwrap()));
-    }
-    assert_eq!(seen.len(), 1, "one VIP for the clusterset: {seen:?}");
-    seen.into_iter().next().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_lives_while_any_cluster_exports() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
     set.apply("west", cluster_ip("shop", "web", &["10.3.0.10"]).exported());
     let vip = agreed_vip(&set, "shop", "web").await;
@@ -131,30 +89,6 @@ async fn conditions_become(
     .await;
 }
 
-/// Waits until every member's ServiceImport lists these clusters.
-async fn import_clusters_become(
-    set: &KubeClusterset,
-    ns: &str,
-    name: &str,
-    what: &str,
-    expected: &[&str],
-) {
-    let expected: Vec<String> = expected.iter().map(|c| (*c).to_owned()).collect();
-    for id in ALL {
-        eventually_within(
-            CONVERGE,
-            &format!("{what} in {id}"),
-            expected.clone(),
-            || async {
-                set.import(id, ns, name)
-                    .map(|i| status_clusters(&i))
-                    .unwrap_or_default()
-            },
-        )
-        .await;
-    }
-}
-
 /// A Service and its ServiceExport created at `created` (RFC 3339).
 fn exported_at(service: Doc, created: &str) -> Vec<Doc> {
     vec![service.export().created(created), service]
@@ -165,7 +99,7 @@ const NEW: &str = "2026-02-01T00:00:00Z";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headless_endpoints_are_served_and_mirrored_then_cleaned_up() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     let db = || headless("shop", "db", &["IPv4"]);
     set.apply("east", db().exported());
     set.apply(
@@ -266,7 +200,7 @@ async fn headless_endpoints_are_served_and_mirrored_then_cleaned_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ports_are_merged_and_differences_are_port_conflicts() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     let web = |ip| cluster_ip("shop", "web", &[ip]);
     set.apply("east", exported_at(web("10.1.0.10"), OLD));
     set.apply(
@@ -337,7 +271,7 @@ async fn ports_are_merged_and_differences_are_port_conflicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn type_conflicts_external_names_and_exported_metadata() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     let labelled = |doc: Doc| {
         doc.set("spec.exportedLabels", serde_json::json!({"tier": "front"}))
             .set(
@@ -605,7 +539,7 @@ async fn dual_stack_families_are_intersected_and_filtered_per_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_vips_names_resolve_to_cluster_ips_local_first() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     let no_vip = |doc: Doc| {
         doc.set(
             "metadata.annotations",
@@ -795,193 +729,6 @@ async fn concurrent_exports_never_share_a_vip() {
     }
 }
 
-/// Whether every member answers `name` A with one VIP (the same one).
-async fn served_everywhere(set: &KubeClusterset, name: &str) {
-    let mut seen = BTreeSet::new();
-    for id in ALL {
-        eventually_within(CONVERGE, &format!("{name} from {id}"), true, || async {
-            is_vip(&set.resolve(id, name, RecordType::A).await)
-        })
-        .await;
-        seen.extend(addresses(set.resolve(id, name, RecordType::A).await));
-    }
-    assert_eq!(seen.len(), 1, "{name}: one VIP everywhere: {seen:?}");
-}
-
-/// Cut watches, `410 Gone`, the broker down for a while, a member API server
-/// restarted: DNS keeps answering with what it knew, and everything
-/// converges afterwards with nothing lost or duplicated.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faults_keep_last_answers_and_converge_after_recovery() {
-    let set = three().await;
-    let svc = |n: &str, ip: &str| cluster_ip("shop", n, &[ip]).exported();
-    set.apply("east", svc("web", "10.1.0.10"));
-    set.apply("west", svc("web", "10.3.0.10"));
-    served_everywhere(&set, WEB).await;
-
-    // Every watch cut: they resume from their resourceVersion.
-    for api in set.members.iter().map(|m| &m.api).chain([&set.broker]) {
-        api.cut_watches();
-    }
-    set.apply("north", svc("api", "10.2.0.11"));
-    served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
-
-    // History compacted, then cut: the broker watches get 410 and list again.
-    set.broker.compact();
-    set.broker.cut_watches();
-    set.apply("east", svc("cart", "10.1.0.12"));
-    served_everywhere(&set, "cart.shop.svc.clusterset.local.").await;
-    let ops = set.member("north").servers[0].running().metrics_addr;
-    eventually_within(CONVERGE, "north counted a broker watch restart", true, || async {
-        let restarts = |resource: &'static str| async move {
-            let series = format!("clusterset_dns_watch_restarts_total{{resource=\"{resource}\",source=\"{resource}\"}}");
-            scrape(ops, &series).await
-        };
-        restarts("broker/serviceimports").await + restarts("broker/endpointslices").await >= 1.0
-    })
-    .await;
-
-    // The broker hangs: every member still answers what it knew.
-    set.broker.pause();
-    let db = headless("shop", "db", &["IPv4"]);
-    set.apply("east", db.exported());
-    set.apply("east", [slice("shop", "db-east", "db", &[ep("10.1.0.40")])]);
-    let db_name = "db.shop.svc.clusterset.local.";
-    // East serves its own new endpoints at once; the others learn them from the broker later.
-    eventually_within(
-        CONVERGE,
-        "east serves its own export",
-        ips(["10.1.0.40"]),
-        || set.resolve("east", db_name, RecordType::A),
-    )
-    .await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(
-        set.resolve("north", db_name, RecordType::A).await,
-        Outcome::NxDomain
-    );
-    served_everywhere(&set, WEB).await;
-    set.broker.resume();
-    everywhere(&set, db_name, RecordType::A, ips(["10.1.0.40"])).await;
-
-    // The broker stops, then restarts without its watch history.
-    set.broker.stop().await;
-    set.unexport("west", "shop", "web");
-    served_everywhere(&set, WEB).await;
-    set.broker
-        .restart(fake_apiserver::RestartMode::KeepObjects)
-        .await;
-    import_clusters_become(&set, "shop", "web", "west left the import", &["east"]).await;
-
-    // North's own API server restarts: north keeps answering meanwhile.
-    let north = &set.member("north").api;
-    north.stop().await;
-    served_everywhere(&set, WEB).await;
-    north
-        .restart(fake_apiserver::RestartMode::KeepObjects)
-        .await;
-    set.apply("north", svc("late", "10.2.0.13"));
-    served_everywhere(&set, "late.shop.svc.clusterset.local.").await;
-
-    // Nothing duplicated: one claim per import, one mirror per source slice.
-    let mut vips = BTreeSet::new();
-    for name in ["web", "api", "cart", "late"] {
-        vips.insert((
-            agreed_vip(&set, "shop", name).await.to_string(),
-            format!("shop/{name}"),
-        ));
-    }
-    eventually_within(
-        CONVERGE,
-        "claims are exactly the VIPs in use",
-        vips,
-        || async { set.claims() },
-    )
-    .await;
-    eventually_within(
-        CONVERGE,
-        "one mirror of east's db slice in north",
-        1,
-        || async { set.mcs_slices("north", "shop", "db").len() },
-    )
-    .await;
-}
-
-/// `clusterset_dns_leader` of each replica of east.
-async fn east_leading(set: &KubeClusterset) -> Vec<u8> {
-    let mut leading = Vec::new();
-    for server in &set.member("east").servers {
-        let addr = server.running().metrics_addr;
-        leading.push(scrape(addr, "clusterset_dns_leader").await as u8);
-    }
-    leading
-}
-
-/// The replica of east that leads, once exactly one does.
-async fn east_leader(set: &KubeClusterset) -> usize {
-    for _ in 0..250 {
-        let now = east_leading(set).await;
-        if now.iter().sum::<u8>() == 1 {
-            return now.iter().position(|l| *l == 1).unwrap();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("not exactly one leader in east")
-}
-
-/// Two replicas in one cluster: one holds the Lease and writes, both answer;
-/// when the leader shuts down it releases the Lease and the other takes over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_replica_leads_and_hands_over_on_shutdown() {
-    let mut set = three().await;
-    set.add_replica(0).await;
-    let first = east_leader(&set).await;
-    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
-    served_everywhere(&set, WEB).await;
-    let vip = agreed_vip(&set, "shop", "web").await;
-    for server in &set.member("east").servers {
-        assert_eq!(
-            resolve(server.addr, WEB, RecordType::A).await,
-            Outcome::Ips([vip].into())
-        );
-    }
-    let writes = |addr| {
-        scrape(
-            addr,
-            "clusterset_dns_api_writes_total{kind=\"ServiceImport\",result=\"created\"}",
-        )
-    };
-    let east = &set.member("east").servers;
-    let follower = east[1 - first].running().metrics_addr;
-    eventually_within(CONVERGE, "the leader writes", true, || async {
-        writes(east[first].running().metrics_addr).await >= 1.0
-    })
-    .await;
-    assert_eq!(writes(follower).await, 0.0, "the follower does not");
-
-    set.stop_replica(0, first).await;
-    let lease = set
-        .member("east")
-        .api
-        .get::<k8s_openapi::api::coordination::v1::Lease>(Some(LEASE_NAMESPACE), "clusterset-dns")
-        .expect("the Lease");
-    let holder = lease.spec.and_then(|s| s.holder_identity);
-    assert_ne!(
-        holder,
-        Some(format!("east-{first}")),
-        "the Lease was released on shutdown"
-    );
-    eventually_within(
-        std::time::Duration::from_secs(5),
-        "the other replica leads",
-        vec![1],
-        || east_leading(&set),
-    )
-    .await;
-    set.apply("east", cluster_ip("shop", "api", &["10.1.0.11"]).exported());
-    served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
-}
-
 /// /readyz follows the watches: ready after the first sync, not ready while
 /// the broker has been unreachable for longer than `--max-sync-age`, ready
 /// again once it is back; DNS answers throughout.
@@ -1013,7 +760,7 @@ async fn readiness_follows_the_broker() {
 /// a minute; a recent one is left to its writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_vip_claims_are_swept() {
-    let mut set = three().await;
+    let mut set = KubeClusterset::three(&[]).await;
     set.add_replica(0).await;
     set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
     let vip = agreed_vip(&set, "shop", "web").await;
@@ -1051,7 +798,7 @@ async fn orphaned_vip_claims_are_swept() {
 /// Service's ClusterIP instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slices_carry_pod_ips_unless_the_export_says_otherwise() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     let web = cluster_ip("shop", "web", &["10.1.0.10"]);
     let no_pod_ips = web.export().set(
         "metadata.annotations",
@@ -1126,71 +873,6 @@ async fn the_cluster_id_comes_from_the_cluster_property() {
     assert_eq!(&*connection.cluster, "east.eu");
 }
 
-/// `check --source kubernetes` reaches both API servers and reports what
-/// would keep `serve` from working, without writing anything.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_reaches_the_api_servers() {
-    let (member, broker) = (
-        fake_apiserver::FakeApiServer::start().await,
-        fake_apiserver::FakeApiServer::start().await,
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let (local, shared) = (dir.path().join("member"), dir.path().join("broker"));
-    member.write_kubeconfig(&local, "member").unwrap();
-    broker.write_kubeconfig(&shared, "broker").unwrap();
-    let args: Vec<String> = [
-        "check",
-        "--source",
-        "kubernetes",
-        "--cluster-id",
-        "east",
-        "--kubeconfig",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([local.display().to_string(), "--broker-kubeconfig".into()])
-    .chain([shared.display().to_string()])
-    .collect();
-    let check = |args: Vec<String>| {
-        tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            run_binary(&args)
-        })
-    };
-    let output = check(args.clone()).await.unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("namespace clusterset-broker does not exist"),
-        "{stderr}"
-    );
-
-    broker.create_namespace(BROKER_NAMESPACE);
-    let output = check(args.clone()).await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert_eq!(output.status.code(), Some(0), "{stdout}");
-    assert!(
-        stdout.contains("local cluster east: ServiceExports readable"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("0 ServiceImports"), "{stdout}");
-    assert_eq!(
-        member.request_count(fake_apiserver::Verb::Create),
-        0,
-        "check writes nothing"
-    );
-
-    // A CRD that no longer serves the version read is named, with the version.
-    member.unregister("multicluster.x-k8s.io", "v1alpha1", "serviceexports");
-    let output = check(args).await.unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("serviceexports.multicluster.x-k8s.io/v1alpha1 is not served"),
-        "{stderr}"
-    );
-}
-
 /// KEP-1645 "Using EndpointSlice objects to track endpoints", as the upstream
 /// conformance EndpointSlice case checks it: every member, the exporting one
 /// included, has an MCS EndpointSlice for every exporting cluster, with the
@@ -1198,7 +880,7 @@ async fn check_reaches_the_api_servers() {
 /// member's ServiceImport; unexporting deletes it everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
     set.apply(
         "east",
@@ -1338,7 +1020,7 @@ fn slice_ports(set: &KubeClusterset, id: &str, service: &str) -> BTreeSet<(Strin
 /// ports it backs, and the ServiceImport says which cluster backs which.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_ports_back_no_traffic_in_the_clusters_that_define_them_differently() {
-    let set = three().await;
+    let set = KubeClusterset::three(&[]).await;
     let ports = |name: &str, port: u16| serde_json::json!([{"name": name, "port": port, "protocol": "TCP"}]);
     for (service, west_port) in [("web", "tcp"), ("api", "tcp2")] {
         let east = cluster_ip("shop", service, &["10.1.0.10"]).ports(&[("tcp", 42, "TCP")]);

@@ -3,9 +3,7 @@
 //! instances writing the state they read).
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use clusterset_dns::cli::Command as CliCommand;

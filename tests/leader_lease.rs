@@ -3,23 +3,30 @@
 //! expires a full duration after *this replica* saw it change (its own
 //! monotonic clock), whatever its `renewTime` says; a leader that cannot
 //! renew stops leading within the renew deadline (two thirds of the
-//! duration), before any other replica may take over.
+//! duration), before any other replica may take over. And between two
+//! replicas of a member in a running clusterset: one leads and writes, and
+//! hands over when it shuts down.
 
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
+mod common;
+#[path = "common/kube_clusterset.rs"]
+mod kube_clusterset;
 
 use std::time::{Duration, Instant};
 
 use clusterset_dns::ops::metrics::Metrics;
 use clusterset_dns::writeback::lease::{Candidate, LEASE_NAME};
+use common::*;
 use fake_apiserver::FakeApiServer;
+use hickory_proto::rr::RecordType;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube_clusterset::*;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "clusterset-dns";
+const WEB: &str = "web.shop.svc.clusterset.local.";
 /// `--lease-duration` of the candidates (the smallest allowed).
 const DURATION: Duration = Duration::from_secs(3);
 /// Longest wait for a change of leadership: generous, as the machines are
@@ -160,4 +167,57 @@ async fn a_leader_that_cannot_renew_stops_within_the_renew_deadline() {
     println!("Lease requests failing: the leader stopped leading after {took:.1?}");
     api.clear_failures();
     leader.until(true).await;
+}
+
+/// Two replicas in one cluster: one holds the Lease and writes, both answer;
+/// when the leader shuts down it releases the Lease and the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_leads_and_hands_over_on_shutdown() {
+    let mut set = KubeClusterset::three(&[]).await;
+    set.add_replica(0).await;
+    let first = east_leader(&set).await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    served_everywhere(&set, WEB).await;
+    let vip = agreed_vip(&set, "shop", "web").await;
+    for server in &set.member("east").servers {
+        assert_eq!(
+            resolve(server.addr, WEB, RecordType::A).await,
+            Outcome::Ips([vip].into())
+        );
+    }
+    let writes = |addr| {
+        scrape(
+            addr,
+            "clusterset_dns_api_writes_total{kind=\"ServiceImport\",result=\"created\"}",
+        )
+    };
+    let east = &set.member("east").servers;
+    let follower = east[1 - first].running().metrics_addr;
+    eventually_within(CONVERGE, "the leader writes", true, || async {
+        writes(east[first].running().metrics_addr).await >= 1.0
+    })
+    .await;
+    assert_eq!(writes(follower).await, 0.0, "the follower does not");
+
+    set.stop_replica(0, first).await;
+    let lease = set
+        .member("east")
+        .api
+        .get::<k8s_openapi::api::coordination::v1::Lease>(Some(LEASE_NAMESPACE), "clusterset-dns")
+        .expect("the Lease");
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert_ne!(
+        holder,
+        Some(format!("east-{first}")),
+        "the Lease was released on shutdown"
+    );
+    eventually_within(
+        std::time::Duration::from_secs(5),
+        "the other replica leads",
+        vec![1],
+        || east_leading(&set),
+    )
+    .await;
+    set.apply("east", cluster_ip("shop", "api", &["10.1.0.11"]).exported());
+    served_everywhere(&set, "api.shop.svc.clusterset.local.").await;
 }

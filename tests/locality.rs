@@ -7,9 +7,7 @@
 //! mode is the member it runs in.
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use common::*;

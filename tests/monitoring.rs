@@ -4,9 +4,7 @@
 //! member, which has every series: histograms as `_bucket`, `_sum`, `_count`).
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::collections::BTreeSet;

@@ -7,9 +7,7 @@
 //! 404 is unknown, not empty, and is reported (metric and log line).
 
 mod common;
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
-#[path = "support/kube_clusterset.rs"]
+#[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
 use std::time::Duration;

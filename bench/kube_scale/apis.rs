@@ -7,7 +7,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::fake_apiserver::{FakeApiServer, Traffic};
+use fake_apiserver::{FakeApiServer, Traffic};
+
 use crate::layout::Layout;
 use crate::member::{BROKER_NAMESPACE, Kubeconfigs, LEASE_NAMESPACE};
 

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use fake_apiserver::{Stored, Traffic, Verb};
 use futures::future::join_all;
 
 use crate::apis::{ApiServers, MemberTraffic};
 use crate::churn::{Churn, Churned};
 use crate::common::BIN;
-use crate::fake_apiserver::{Stored, Traffic, Verb};
 use crate::layout::Layout;
 use crate::member::{Kubeconfigs, MemberProcess, ProcStats};
 use crate::params::Params;

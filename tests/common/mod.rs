@@ -1,7 +1,9 @@
 //! Shared harness of the integration tests: manifest builders, servers
 //! (in-process and the real binary), a DNS client, `status` lookups, other
 //! DNS software run beside the server and a test CA for DNS over TLS.
-//! Each test crate uses a part of it.
+//! Each test crate uses a part of it. The Kubernetes-mode clusterset
+//! (`kube_clusterset.rs`, on the `fake-apiserver` crate) is here too but not
+//! a module of this one: only the test files that use it include it.
 #![allow(dead_code, unused_imports)]
 
 pub mod client;

@@ -1,8 +1,5 @@
-//! Tests of the fake kube-apiserver (`tests/support/fake_apiserver`), driven by
-//! the real kube client, watcher and reflector.
-
-#[path = "support/fake_apiserver/mod.rs"]
-mod fake_apiserver;
+//! Tests of the fake kube-apiserver, driven by the real kube client, watcher
+//! and reflector.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

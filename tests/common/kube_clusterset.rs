@@ -3,8 +3,9 @@
 //! (in this process, `serve --source kubernetes`, talking HTTP to the fakes
 //! with the real kube client).
 //!
-//! Include after `common` and `fake_apiserver`:
-//! `#[path = "support/kube_clusterset.rs"] mod kube_clusterset;`.
+//! Not a module of `common` (which every test binary builds): a test file in
+//! Kubernetes mode includes it after `common` with
+//! `#[path = "common/kube_clusterset.rs"] mod kube_clusterset;`.
 
 #![allow(dead_code)]
 
@@ -14,13 +15,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clusterset_dns::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use fake_apiserver::FakeApiServer;
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::common::{Doc, Outcome, Server, resolve, start, start_loading};
-use crate::fake_apiserver::FakeApiServer;
+use crate::common::{
+    Doc, Outcome, Server, addresses, eventually_within, is_vip, resolve, scrape, start,
+    start_loading,
+};
 
 /// Namespace of the shared state on the broker.
 pub const BROKER_NAMESPACE: &str = "clusterset-broker";
@@ -29,6 +33,8 @@ pub const LEASE_NAMESPACE: &str = "clusterset-dns";
 /// How long cross-cluster convergence may take in tests (generous: the
 /// machines are shared, and the whole suite runs three instances per test).
 pub const CONVERGE: Duration = Duration::from_secs(30);
+/// The members of [`KubeClusterset::three`].
+pub const ALL: [&str; 3] = ["east", "north", "west"];
 
 /// One member cluster: its API server and its clusterset-dns replicas.
 pub struct Member {
@@ -65,6 +71,17 @@ impl KubeClusterset {
     /// running replica, and waits until every replica has synced.
     pub async fn start(members: &[(&str, &str)]) -> Self {
         Self::start_with(members, &[]).await
+    }
+
+    /// Three IPv4 members ([`ALL`]), each with the namespace `shop`; `extra`
+    /// are more `serve` flags for every replica.
+    pub async fn three(extra: &[&str]) -> Self {
+        let members = [("east", "IPv4"), ("north", "IPv4"), ("west", "IPv4")];
+        let set = Self::start_with(&members, extra).await;
+        for member in &set.members {
+            member.api.create_namespace("shop");
+        }
+        set
     }
 
     /// [`Self::start`] with more `serve` flags for every replica.
@@ -370,4 +387,93 @@ pub fn status_clusters(import: &ServiceImport) -> Vec<String> {
         .collect();
     clusters.sort();
     clusters
+}
+
+/// Waits until every member of [`ALL`] answers `name` `rtype` with `expected`.
+pub async fn everywhere(set: &KubeClusterset, name: &str, rtype: RecordType, expected: Outcome) {
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{rtype} {name} from {id}"),
+            expected.clone(),
+            || set.resolve(id, name, rtype),
+        )
+        .await;
+    }
+}
+
+/// The one VIP every member's ([`ALL`]) ServiceImport agrees on.
+pub async fn agreed_vip(set: &KubeClusterset, ns: &str, name: &str) -> IpAddr {
+    let mut seen = BTreeSet::new();
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("ServiceImport {ns}/{name} in {id}"),
+            1,
+            || async { set.import(id, ns, name).map_or(0, |i| i.spec.ips.len()) },
+        )
+        .await;
+        seen.extend(import_ips(&set.import(id, ns, name).unwrap()));
+    }
+    assert_eq!(seen.len(), 1, "one VIP for the clusterset: {seen:?}");
+    seen.into_iter().next().unwrap()
+}
+
+/// Waits until every member's ([`ALL`]) ServiceImport lists these clusters.
+pub async fn import_clusters_become(
+    set: &KubeClusterset,
+    ns: &str,
+    name: &str,
+    what: &str,
+    expected: &[&str],
+) {
+    let expected: Vec<String> = expected.iter().map(|c| (*c).to_owned()).collect();
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{what} in {id}"),
+            expected.clone(),
+            || async {
+                set.import(id, ns, name)
+                    .map(|i| status_clusters(&i))
+                    .unwrap_or_default()
+            },
+        )
+        .await;
+    }
+}
+
+/// Whether every member ([`ALL`]) answers `name` A with one VIP (the same one).
+pub async fn served_everywhere(set: &KubeClusterset, name: &str) {
+    let mut seen = BTreeSet::new();
+    for id in ALL {
+        eventually_within(CONVERGE, &format!("{name} from {id}"), true, || async {
+            is_vip(&set.resolve(id, name, RecordType::A).await)
+        })
+        .await;
+        seen.extend(addresses(set.resolve(id, name, RecordType::A).await));
+    }
+    assert_eq!(seen.len(), 1, "{name}: one VIP everywhere: {seen:?}");
+}
+
+/// `clusterset_dns_leader` of each replica of east.
+pub async fn east_leading(set: &KubeClusterset) -> Vec<u8> {
+    let mut leading = Vec::new();
+    for server in &set.member("east").servers {
+        let addr = server.running().metrics_addr;
+        leading.push(scrape(addr, "clusterset_dns_leader").await as u8);
+    }
+    leading
+}
+
+/// The replica of east that leads, once exactly one does.
+pub async fn east_leader(set: &KubeClusterset) -> usize {
+    for _ in 0..250 {
+        let now = east_leading(set).await;
+        if now.iter().sum::<u8>() == 1 {
+            return now.iter().position(|l| *l == 1).unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("not exactly one leader in east")
 }

@@ -1,8 +1,8 @@
 //! A fake kube-apiserver for tests: real HTTP/1.1 on `127.0.0.1`, the real
 //! REST + watch protocol, driven by the real `kube` client.
 //!
-//! Include it from a test crate with
-//! `#[path = "support/fake_apiserver/mod.rs"] mod fake_apiserver;`, then:
+//! A dev-dependency of the tests and benchmarks of clusterset-dns
+//! (ARCHITECTURE.md, "Test layout"):
 //!
 //! ```ignore
 //! let server = FakeApiServer::start().await;
@@ -141,8 +141,6 @@
 //!   when data is wiped, so resumed watches get 410 and relist (a real wiped etcd
 //!   would restart from a low revision).
 
-#![allow(dead_code)]
-
 mod collection;
 mod defaults;
 mod discovery;
@@ -166,15 +164,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-#[allow(unused_imports)]
 pub use faults::{RequestInfo, Verb};
-#[allow(unused_imports)]
 pub use resource::ResourceType;
-#[allow(unused_imports)]
 pub use status::ApiError;
-#[allow(unused_imports)]
 pub use store::{ChangeKind, HistoryEntry, Stored};
-#[allow(unused_imports)]
 pub use traffic::{ANONYMOUS, Traffic, TrafficByClient, traffic_since};
 
 use server::Shared;
