@@ -1,7 +1,7 @@
 # Build with the locked dependency set, run as a non-root user on an unprivileged port.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 # A workspace member: cargo reads its manifest even when building the binary.
 COPY tests/fake-apiserver ./tests/fake-apiserver
