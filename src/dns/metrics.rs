@@ -13,8 +13,9 @@ use prometheus::{
     exponential_buckets,
 };
 
-use super::listen::ListenerMetrics;
-use super::{COMMON_TYPES, Problem};
+use crate::dns::message::question::COMMON_TYPES;
+use crate::dns::message::response::Problem;
+use crate::dns::transport::listen::ListenerMetrics;
 
 /// Response codes counted by name (as `dig` spells them); the rest count as `other`.
 const RCODES: [(ResponseCode, &str); 7] = [

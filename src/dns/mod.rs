@@ -1,44 +1,23 @@
 //! The DNS side: answers queries from the [`Index`](crate::index::Index) over
-//! UDP, TCP and TLS. Knows DNS, knows nothing of Kubernetes.
+//! UDP, TCP and TLS. Knows DNS, knows nothing of Kubernetes. Split by role,
+//! as hickory separates its server from its zone handler: `message/` (what
+//! to answer and how it is encoded, the UDP fast path), `transport/` (how it
+//! travels: sockets, listeners, limits, TLS), `transfer/` (AXFR/IXFR,
+//! NOTIFY).
 
-mod answer;
-mod certificates;
-mod encode;
-pub mod listen;
 mod log_limit;
+mod message;
 pub mod metrics;
-pub mod notify;
-mod opt_check;
-mod question;
-mod recent;
-mod response;
-mod rotate;
-mod server;
-mod tcp;
-mod tcp_limits;
-mod tls;
 mod transfer;
-mod udp;
+mod transport;
 
-pub use answer::{Answer, answer};
-pub use listen::{Caps, fit_open_files};
-pub use response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
-pub use server::DnsServer;
-pub use tcp_limits::TcpLimits;
-pub use tls::{TlsListener, TlsSettings, check as check_tls};
-pub use transfer::TransferPolicy;
-pub use udp::respond as respond_udp;
-
-use hickory_proto::rr::RecordType;
-
-/// The query types clients use: their responses are cached, and metrics
-/// count them by name (the rest as `other`).
-pub const COMMON_TYPES: [RecordType; 7] = [
-    RecordType::A,
-    RecordType::AAAA,
-    RecordType::SRV,
-    RecordType::TXT,
-    RecordType::SOA,
-    RecordType::NS,
-    RecordType::ANY,
-];
+pub use message::answer::{Answer, answer};
+pub use message::fast_path::respond as respond_udp;
+pub use message::question::COMMON_TYPES;
+pub use message::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
+pub use transfer::notify;
+pub use transfer::zone::TransferPolicy;
+pub use transport::listen::{self, Caps, fit_open_files};
+pub use transport::server::DnsServer;
+pub use transport::tcp_limits::TcpLimits;
+pub use transport::tls::{TlsListener, TlsSettings, check as check_tls};

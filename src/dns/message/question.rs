@@ -3,6 +3,8 @@
 //! compression pointer to point to (RFC 1035 §4.1.4), so a pointer there is
 //! a malformed query, not something to follow (it would land on header bytes).
 
+use hickory_proto::rr::RecordType;
+
 /// Offset of the question (right after the 12-byte header).
 pub const START: usize = 12;
 /// Longest name on the wire (RFC 1035 §3.1).
@@ -39,6 +41,18 @@ pub fn end(packet: &[u8]) -> Result<usize, Bad> {
     }
     Ok(end)
 }
+
+/// The query types clients use: their responses are cached, and metrics
+/// count them by name (the rest as `other`).
+pub const COMMON_TYPES: [RecordType; 7] = [
+    RecordType::A,
+    RecordType::AAAA,
+    RecordType::SRV,
+    RecordType::TXT,
+    RecordType::SOA,
+    RecordType::NS,
+    RecordType::ANY,
+];
 
 #[cfg(test)]
 mod tests {

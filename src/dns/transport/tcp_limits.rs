@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::listen::Caps;
+use crate::dns::transport::listen::Caps;
 
 /// The TCP limits of a server.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,11 +15,11 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::certificates::Certificates;
-use super::listen::{self, Connections};
-use super::metrics::{DnsMetrics, TlsMetrics};
-use super::tcp;
-use super::tcp_limits::TcpLimits;
+use crate::dns::metrics::{DnsMetrics, TlsMetrics};
+use crate::dns::transport::certificates::Certificates;
+use crate::dns::transport::listen::{self, Connections};
+use crate::dns::transport::tcp;
+use crate::dns::transport::tcp_limits::TcpLimits;
 use crate::index::Index;
 
 /// DNS over TLS as configured (`--tls-listen`, `--tls-cert`, `--tls-key`):

@@ -11,7 +11,7 @@ use hickory_proto::rr::{DNSClass, LowerName, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
 use ipnet::IpNet;
 
-use super::metrics::DnsMetrics;
+use crate::dns::metrics::DnsMetrics;
 use crate::index::{Index, serial};
 
 /// Most bytes of records (uncompressed) per message: below the 64 KiB a TCP

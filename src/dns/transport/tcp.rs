@@ -20,11 +20,11 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::listen::{self, Connections};
-use super::metrics::{DnsRecorder, TcpMetrics};
-use super::response::{Handled, handle};
-use super::tcp_limits::TcpLimits;
-use super::transfer::{self, TransferPolicy};
+use crate::dns::message::response::{Handled, handle};
+use crate::dns::metrics::{DnsRecorder, TcpMetrics};
+use crate::dns::transfer::zone::{self as transfer, TransferPolicy};
+use crate::dns::transport::listen::{self, Connections};
+use crate::dns::transport::tcp_limits::TcpLimits;
 use crate::index::Index;
 
 /// What every connection shares.

@@ -12,11 +12,11 @@ use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use hickory_server::zone_handler::{MessageRequest, Queries};
 
-use super::answer::{Answer, answer, transfer_over_udp};
-use super::encode::Sections;
-use super::opt_check::options_cut;
-use super::question;
-use super::rotate::{self, Layout, next_turn};
+use crate::dns::message::answer::{Answer, answer, transfer_over_udp};
+use crate::dns::message::encode::Sections;
+use crate::dns::message::opt_check::options_cut;
+use crate::dns::message::question;
+use crate::dns::message::rotate::{self, Layout, next_turn};
 use crate::index::{CacheSlot, Index};
 
 /// Responses to padded queries over TLS are padded to a multiple of this

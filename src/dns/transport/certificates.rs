@@ -17,7 +17,7 @@ use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::metrics::DnsMetrics;
+use crate::dns::metrics::DnsMetrics;
 
 /// How often the files are read to see whether they changed.
 const RELOAD_INTERVAL: Duration = Duration::from_secs(2);

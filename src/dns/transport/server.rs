@@ -8,12 +8,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::listen::Connections;
-use super::metrics::DnsMetrics;
-use super::tcp;
-use super::tcp_limits::TcpLimits;
-use super::transfer::TransferPolicy;
-use super::udp::UdpWorkers;
+use crate::dns::metrics::DnsMetrics;
+use crate::dns::transfer::zone::TransferPolicy;
+use crate::dns::transport::listen::Connections;
+use crate::dns::transport::tcp;
+use crate::dns::transport::tcp_limits::TcpLimits;
+use crate::dns::transport::udp::UdpWorkers;
 use crate::index::Index;
 
 /// UDP socket buffer size asked for.

@@ -1,42 +1,28 @@
-//! The UDP fast path: one thread per socket on `SO_REUSEPORT` sockets; a
-//! query whose (name, type) was answered before is served by copying the
-//! cached response and patching ID, flags, question case and EDNS, its
-//! answer rotated when it holds several records of one rrset (see `rotate`).
-//! Anything else goes through [`Response`] and fills the cache.
+//! The UDP fast path: a query whose (name, type) was answered before is
+//! served by copying the cached response and patching ID, flags, question
+//! case and EDNS, its answer rotated when it holds several records of one
+//! rrset (see `rotate`). Anything else goes through [`Response`] and fills
+//! the cache.
 
-use std::io::{IoSlice, IoSliceMut};
-use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
-use nix::errno::Errno;
-use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::COMMON_TYPES;
-use super::log_limit::LogLimit;
-use super::metrics::{DnsMetrics, DnsRecorder};
-use super::opt_check::options_cut;
-use super::question;
-use super::recent::{Recent, Response, View};
-use super::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
-use super::rotate::{self, Layout, next_turn};
+use crate::dns::log_limit::LogLimit;
+use crate::dns::message::opt_check::options_cut;
+use crate::dns::message::question;
+use crate::dns::message::question::COMMON_TYPES;
+use crate::dns::message::recent::{Recent, Response, View};
+use crate::dns::message::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
+use crate::dns::message::rotate::{self, Layout, next_turn};
 use crate::index::Index;
 
-/// Datagrams received and answered per system call.
-const BATCH: usize = 32;
-/// Largest query read (longer ones are cut and then answered FORMERR).
-const MAX_REQUEST: usize = 4096;
-/// How often a worker checks whether it should stop.
-const POLL: Duration = Duration::from_millis(200);
-/// Lines about failures a sender can cause: at most one a minute.
 static LOG_LIMIT: LogLimit = LogLimit::new(Duration::from_secs(60));
 
 /// Our OPT records (EDNS version 0, payload 1232), encoded once: without
@@ -54,126 +40,6 @@ fn opt(dnssec_ok: bool) -> Vec<u8> {
     bytes
 }
 
-/// UDP worker threads; they stop when this is dropped.
-pub struct UdpWorkers {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl UdpWorkers {
-    /// Starts one worker per socket.
-    pub fn start(
-        sockets: Vec<UdpSocket>,
-        index: Arc<Index>,
-        metrics: Arc<DnsMetrics>,
-    ) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for (n, socket) in sockets.into_iter().enumerate() {
-            socket.set_read_timeout(Some(POLL))?;
-            let (index, stop) = (index.clone(), stop.clone());
-            let recorder = metrics.recorder("udp");
-            let thread = std::thread::Builder::new()
-                .name(format!("dns-udp-{n}"))
-                .spawn(move || serve(&socket, &index, recorder, &stop))?;
-            threads.push(thread);
-        }
-        Ok(Self { stop, threads })
-    }
-}
-
-impl Drop for UdpWorkers {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Receives and answers datagrams in batches (`recvmmsg`/`sendmmsg`) until `stop`.
-fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &AtomicBool) {
-    let fd = socket.as_raw_fd();
-    let mut requests = vec![[0u8; MAX_REQUEST]; BATCH];
-    let mut responses: Vec<Vec<u8>> = (0..BATCH)
-        .map(|_| Vec::with_capacity(MAX_REQUEST))
-        .collect();
-    let mut peers: Vec<Option<SockaddrStorage>> = vec![None; BATCH];
-    let mut rx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let mut tx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let mut recent = Recent::default();
-    while !stop.load(Ordering::Relaxed) {
-        let mut received = Vec::with_capacity(0);
-        {
-            let mut slices: Vec<[IoSliceMut<'_>; 1]> =
-                requests.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
-            match recvmmsg(
-                fd,
-                &mut rx,
-                slices.iter_mut(),
-                MsgFlags::MSG_WAITFORONE,
-                None,
-            ) {
-                Ok(messages) => received.extend(messages.map(|m| (m.bytes, m.address))),
-                Err(Errno::EAGAIN | Errno::EINTR) => continue,
-                Err(error) => {
-                    warn!(%error, "UDP receive failed");
-                    continue;
-                }
-            }
-        }
-        let mut count = 0;
-        for (i, (len, address)) in received.into_iter().enumerate() {
-            let Some(peer) = address.as_ref().and_then(socket_addr) else {
-                continue;
-            };
-            let out = &mut responses[count];
-            out.clear();
-            let started = Instant::now();
-            let packet = &requests[i][..len];
-            if let Some(outcome) = answer(index, Some(&mut recent), packet, peer, out) {
-                recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
-                recorder.problem(outcome.problem);
-                peers[count] = address;
-                count += 1;
-            }
-        }
-        recorder.flush();
-        let mut sent = 0;
-        while sent < count {
-            let slices: Vec<[IoSlice<'_>; 1]> = responses[sent..count]
-                .iter()
-                .map(|r| [IoSlice::new(r)])
-                .collect();
-            match sendmmsg(
-                fd,
-                &mut tx,
-                &slices,
-                &peers[sent..count],
-                [],
-                MsgFlags::empty(),
-            ) {
-                Ok(done) => sent += done.count().max(1),
-                Err(Errno::EINTR) => {}
-                Err(error) => {
-                    debug!(%error, "UDP send failed");
-                    // Skip the datagram the kernel refused and go on with the rest.
-                    sent += 1;
-                }
-            }
-        }
-    }
-}
-
-fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = address.as_sockaddr_in() {
-        return Some(SocketAddr::V4((*v4).into()));
-    }
-    address
-        .as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6((*v6).into()))
-}
-
 /// Writes the response to one datagram into `out`; None when none is due
 /// (not a query, or too short to have a header).
 pub fn respond(
@@ -186,7 +52,7 @@ pub fn respond(
 }
 
 /// [`respond`], looking in a worker's `recent` responses before the index's.
-fn answer(
+pub fn answer(
     index: &Index,
     recent: Option<&mut Recent>,
     packet: &[u8],
@@ -449,13 +315,13 @@ impl FastQuery {
 #[cfg(test)]
 mod tests {
     use std::str::FromStr;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use hickory_proto::op::Message;
     use hickory_proto::rr::{LowerName, Name};
 
     use super::*;
-    use crate::dns::Response;
+    use crate::dns::message::response::Response;
     use crate::index::tests::demo_index;
     use crate::index::{Lookup, Owner};
     use crate::model::ServiceKey;

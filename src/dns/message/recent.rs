@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
-use super::rotate::Layout;
+use crate::dns::message::rotate::Layout;
 
 /// Slots in the table (a power of two): 2 MiB per worker (64-byte slots;
 /// one worker per core by default).

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::log_limit::LogLimit;
-use super::metrics::DnsMetrics;
+use crate::dns::log_limit::LogLimit;
+use crate::dns::metrics::DnsMetrics;
 use crate::index::Index;
 use crate::model::backoff::Backoff;
 
