@@ -453,9 +453,7 @@ fn layer_violations(
 /// Per folder below the top, the files (`mod.rs` among them) that use
 /// each other, directly or round a circle: each circle with what each of
 /// its files uses of the next.
-/// `tolerated` arrows (folder, from, to) are left out; any of them the code
-/// no longer has is reported as a circle too, so the list only shrinks.
-fn folder_cycles(files: &[(PathBuf, String)], tolerated: &[(&str, &str, &str)]) -> Vec<String> {
+fn folder_cycles(files: &[(PathBuf, String)]) -> Vec<String> {
     let modules = modules(files);
     // folder -> file -> file of that folder it uses -> the paths it uses there
     type Graph = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
@@ -493,18 +491,6 @@ fn folder_cycles(files: &[(PathBuf, String)], tolerated: &[(&str, &str, &str)]) 
         graphs.entry(folder).or_default().insert(node, targets);
     }
     let mut cycles = Vec::new();
-    for (folder, from, to) in tolerated {
-        let key: Vec<String> = folder.split('/').map(str::to_owned).collect();
-        let edge = graphs
-            .get_mut(&key)
-            .and_then(|g| g.get_mut(*from))
-            .and_then(|targets| targets.remove(*to));
-        if edge.is_none() {
-            cycles.push(format!(
-                "src/{folder}: {from} no longer uses {to}; drop it from TOLERATED"
-            ));
-        }
-    }
     for (folder, graph) in graphs {
         let reaches = |from: &String| -> BTreeSet<String> {
             let mut seen = BTreeSet::new();
@@ -604,20 +590,9 @@ fn the_layer_table_has_no_cycle() {
     }
 }
 
-/// Ties between a `mod.rs` and its files that are older than this check:
-/// the files use items `mod.rs` defines (`Index`, `ServiceEntry`, `Lookup`,
-/// the SOA and NS helpers; `COMMON_TYPES`, `Problem`) while `mod.rs` uses
-/// them. Each is to go, not to grow (ARCHITECTURE.md, "Folders and what
-/// each may use").
-const TOLERATED: &[(&str, &str, &str)] = &[
-    ("index", "names", "mod.rs"),
-    ("index", "records", "mod.rs"),
-    ("index", "reverse", "mod.rs"),
-];
-
 #[test]
 fn no_two_files_of_a_folder_use_each_other() {
-    let cycles = folder_cycles(&src_files(), TOLERATED);
+    let cycles = folder_cycles(&src_files());
     assert!(
         cycles.is_empty(),
         "files of one folder use each other:\n{}",
@@ -733,7 +708,7 @@ mod checks {
             ),
             ("engine/vip.rs", "use super::Engine;\npub struct Pools;"),
         ]);
-        let cycles = folder_cycles(&tied, &[]);
+        let cycles = folder_cycles(&tied);
         assert_eq!(cycles.len(), 1, "{cycles:?}");
         assert!(cycles[0].starts_with("src/engine:"), "{cycles:?}");
         let one_way = files(&[
@@ -743,11 +718,7 @@ mod checks {
                 "use crate::model::Name;\npub struct Pools;",
             ),
         ]);
-        assert!(folder_cycles(&one_way, &[]).is_empty());
-        // A tolerated arrow is left out, and reported once the code lost it.
-        assert!(folder_cycles(&tied, &[("engine", "vip", "mod.rs")]).is_empty());
-        let stale = folder_cycles(&one_way, &[("engine", "vip", "mod.rs")]);
-        assert_eq!(stale.len(), 1, "{stale:?}");
+        assert!(folder_cycles(&one_way).is_empty());
     }
 
     #[test]
@@ -757,7 +728,7 @@ mod checks {
             ("engine/a.rs", "use super::b::B; pub struct A;"),
             ("engine/b.rs", "use crate::engine::a::A; pub struct B;"),
         ]);
-        assert_eq!(folder_cycles(&tied, &[]).len(), 1);
+        assert_eq!(folder_cycles(&tied).len(), 1);
     }
 
     #[test]

@@ -3,26 +3,30 @@
 //! responses per name and type. Updated one service at a time; readers go
 //! through a sharded map and never wait for a whole rebuild.
 
+mod entry;
 mod names;
 mod records;
 mod reverse;
+mod reverse_answers;
 pub mod serial;
 mod zone;
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
-use hickory_proto::rr::rdata::{NS, SOA, TXT};
+use hickory_proto::rr::rdata::{NS, TXT};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 use tokio::sync::watch;
 use tracing::warn;
 
-pub use names::{Owner, ServiceName, dashed};
+pub use entry::{CacheSlot, ServiceEntry};
+use entry::{Cached, Hasher, ResponseCache};
+pub use names::{Lookup, Owner, ReverseOwner, ServiceName, dashed};
 pub use records::address_type;
-pub use reverse::{ReverseOwner, ReverseZone};
+use records::{ns_name, records_name, soa_record};
+pub use reverse::ReverseZone;
 
 use crate::model::import::Import;
 use crate::model::{IpFamily, ServiceKey};
@@ -34,32 +38,6 @@ pub const DNS_VERSION_TTL: u32 = 28800;
 /// Most labels a name can have below the zone (`host.c1.c2.svc.ns.svc`).
 const MAX_LABELS: usize = 6;
 
-/// What a query name resolves to.
-#[derive(Clone, Debug)]
-pub enum Lookup {
-    /// Outside the zone.
-    NotInZone,
-    /// In the zone, but the sources have not synced yet.
-    NotReady,
-    /// The name exists (it may own no record of the asked type: NODATA).
-    Found(Owner),
-    /// The name does not exist.
-    NxDomain,
-}
-
-/// A fast, randomly seeded hasher for the maps on the query path.
-type Hasher = foldhash::fast::RandomState;
-/// Encoded responses by question (name lower-cased, type and class as asked).
-type ResponseCache = RwLock<HashMap<Box<[u8]>, Cached, Hasher>>;
-
-/// A cached response.
-#[derive(Debug)]
-struct Cached {
-    /// For a response that carries the SOA (a negative answer), the commit
-    /// generation it was computed in: its serial is void after the next one.
-    generation: Option<u64>,
-    bytes: Arc<[u8]>,
-}
 /// Most cached responses for names not under a service (fixed names and
 /// unknown names); the cache starts over when full.
 const MAX_OTHER_RESPONSES: usize = 100_000;
@@ -67,26 +45,6 @@ const MAX_OTHER_RESPONSES: usize = 100_000;
 const MAX_SERVICE_RESPONSES: usize = 4096;
 /// Longest cache key: a 255-byte name, type, class and variant.
 const MAX_KEY: usize = 255 + 4 + 2;
-
-/// One imported service as DNS sees it.
-#[derive(Debug)]
-pub struct ServiceEntry {
-    /// The import (shared with the engine).
-    pub import: Arc<Import>,
-    cache: ResponseCache,
-}
-
-/// Where a response may be cached: taken before the response is computed
-/// (see [`Index::cache_slot`]), so that an update in between can only make
-/// the stored response unreachable, never serve it for the new state.
-#[derive(Clone, Debug)]
-pub struct CacheSlot {
-    /// The entry of the service the name lies under, as it was then; None:
-    /// the cache of all other names.
-    entry: Option<Arc<ServiceEntry>>,
-    /// The commit generation then (the SOA serial changes with each).
-    generation: u64,
-}
 
 /// The zone's names and records.
 #[derive(Debug)]
@@ -468,29 +426,6 @@ impl Index {
     }
 }
 
-/// The SOA of `zone` at `serial`.
-fn soa_record(zone: &Name, ttl: u32, serial: u32) -> Record {
-    let soa = SOA::new(
-        ns_name(zone),
-        child(zone, "hostmaster"),
-        serial,
-        7200,
-        1800,
-        86400,
-        ttl,
-    );
-    Record::from_rdata(zone.clone(), ttl, RData::SOA(soa))
-}
-
-/// The name server named in the SOA and NS records.
-fn ns_name(zone: &Name) -> Name {
-    child(zone, "ns.dns")
-}
-
-fn child(zone: &Name, labels: &str) -> Name {
-    records_name(zone, labels).expect("fixed labels are valid DNS")
-}
-
 /// The cache key of a response: `question` with its name lower-cased (type
 /// and class kept), then `variant`, in `buffer`.
 fn cache_key<'b>(question: &[u8], variant: u16, buffer: &'b mut [u8; MAX_KEY]) -> Option<&'b [u8]> {
@@ -500,12 +435,6 @@ fn cache_key<'b>(question: &[u8], variant: u16, buffer: &'b mut [u8; MAX_KEY]) -
     key[..name_end].make_ascii_lowercase();
     key[question.len()..].copy_from_slice(&variant.to_be_bytes());
     Some(key)
-}
-
-/// `labels.zone`, lower-cased, or None when the labels are not valid DNS.
-fn records_name(zone: &Name, labels: &str) -> Option<Name> {
-    let name = Name::from_ascii(labels).ok()?.append_domain(zone).ok()?;
-    Some(name.to_lowercase())
 }
 
 #[cfg(test)]

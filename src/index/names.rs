@@ -5,9 +5,35 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::ServiceEntry;
+use hickory_proto::rr::Name;
+
+use super::entry::ServiceEntry;
 use crate::model::ImportType;
 use crate::model::import::{Import, ImportCluster};
+
+/// What a query name resolves to.
+#[derive(Clone, Debug)]
+pub enum Lookup {
+    /// Outside the zone.
+    NotInZone,
+    /// In the zone, but the sources have not synced yet.
+    NotReady,
+    /// The name exists (it may own no record of the asked type: NODATA).
+    Found(Owner),
+    /// The name does not exist.
+    NxDomain,
+}
+
+/// A name that exists in a reverse zone.
+#[derive(Clone, Debug)]
+pub enum ReverseOwner {
+    /// The apex of the reverse zone at this index of the zones (SOA, NS).
+    Apex(usize),
+    /// A full address: the names it points at.
+    Pointers(Vec<Name>),
+    /// Above addresses that have names: an empty non-terminal.
+    Empty,
+}
 
 /// A name that exists in the zone.
 #[derive(Clone, Debug)]
@@ -23,7 +49,7 @@ pub enum Owner {
     /// A name under one service.
     Service(Arc<ServiceEntry>, ServiceName),
     /// A name in a reverse zone.
-    Reverse(super::ReverseOwner),
+    Reverse(ReverseOwner),
 }
 
 /// A name under one service.

@@ -4,10 +4,10 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use hickory_proto::rr::rdata::{A, AAAA, SRV};
+use hickory_proto::rr::rdata::{A, AAAA, SOA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-use super::ServiceEntry;
+use super::entry::ServiceEntry;
 use super::names::{ServiceName, dashed};
 use crate::model::import::{Import, ImportCluster};
 use crate::model::port::ServicePort;
@@ -210,4 +210,33 @@ pub fn address_type(family: IpFamily) -> RecordType {
         IpFamily::IPv4 => RecordType::A,
         IpFamily::IPv6 => RecordType::AAAA,
     }
+}
+
+/// The SOA of `zone` at `serial`.
+pub(super) fn soa_record(zone: &Name, ttl: u32, serial: u32) -> Record {
+    let soa = SOA::new(
+        ns_name(zone),
+        child(zone, "hostmaster"),
+        serial,
+        7200,
+        1800,
+        86400,
+        ttl,
+    );
+    Record::from_rdata(zone.clone(), ttl, RData::SOA(soa))
+}
+
+/// The name server named in the SOA and NS records.
+pub(super) fn ns_name(zone: &Name) -> Name {
+    child(zone, "ns.dns")
+}
+
+pub(super) fn child(zone: &Name, labels: &str) -> Name {
+    records_name(zone, labels).expect("fixed labels are valid DNS")
+}
+
+/// `labels.zone`, lower-cased, or None when the labels are not valid DNS.
+pub(super) fn records_name(zone: &Name, labels: &str) -> Option<Name> {
+    let name = Name::from_ascii(labels).ok()?.append_domain(zone).ok()?;
+    Some(name.to_lowercase())
 }

@@ -10,19 +10,18 @@ use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::sync::RwLock;
 
-use hickory_proto::rr::rdata::{NS, PTR};
-use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
+use hickory_proto::rr::{LowerName, Name};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-use super::records::{local_endpoints, pod_name, wants};
-use super::{Index, Lookup, Owner, ns_name, soa_record};
+use super::names::{Lookup, Owner, ReverseOwner};
+use super::records::{local_endpoints, pod_name};
 use crate::model::ImportType;
 use crate::model::import::Import;
 
 /// A reverse zone served: its apex and the addresses below it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReverseZone {
-    apex: Name,
+    pub(super) apex: Name,
     lower: LowerName,
     net: IpNet,
 }
@@ -77,7 +76,7 @@ impl ReverseZone {
         &self.apex
     }
 
-    fn addresses(&self) -> RangeInclusive<IpAddr> {
+    pub(super) fn addresses(&self) -> RangeInclusive<IpAddr> {
         self.net.network()..=self.net.broadcast()
     }
 }
@@ -88,22 +87,11 @@ impl std::fmt::Display for ReverseZone {
     }
 }
 
-/// A name that exists in a reverse zone.
-#[derive(Clone, Debug)]
-pub enum ReverseOwner {
-    /// The apex of the reverse zone at this index of the zones (SOA, NS).
-    Apex(usize),
-    /// A full address: the names it points at.
-    Pointers(Vec<Name>),
-    /// Above addresses that have names: an empty non-terminal.
-    Empty,
-}
-
 /// The reverse zones served and the names of each address in them.
 #[derive(Debug, Default)]
 pub struct ReverseMap {
-    zones: Vec<ReverseZone>,
-    pointers: RwLock<BTreeMap<IpAddr, Vec<Name>>>,
+    pub(super) zones: Vec<ReverseZone>,
+    pub(super) pointers: RwLock<BTreeMap<IpAddr, Vec<Name>>>,
 }
 
 impl ReverseMap {
@@ -168,7 +156,7 @@ impl ReverseMap {
     }
 
     /// Resolves a name (`NotInZone` outside every reverse zone).
-    fn lookup(&self, name: &LowerName) -> Lookup {
+    pub(super) fn lookup(&self, name: &LowerName) -> Lookup {
         let Some(zone) = self.zone_of(name) else {
             return Lookup::NotInZone;
         };
@@ -191,90 +179,6 @@ impl ReverseMap {
             below.next().map(|_| ReverseOwner::Empty)
         };
         owner.map_or(Lookup::NxDomain, |o| Lookup::Found(Owner::Reverse(o)))
-    }
-}
-
-impl Index {
-    /// Resolves a name outside the zone: in a reverse zone, or not served.
-    pub(super) fn reverse_lookup(&self, name: &LowerName) -> Lookup {
-        match self.reverse.lookup(name) {
-            Lookup::NotInZone => Lookup::NotInZone,
-            _ if !self.is_synced() => Lookup::NotReady,
-            found => found,
-        }
-    }
-
-    /// The records of `rtype` at an existing reverse-zone name.
-    pub(super) fn reverse_records(
-        &self,
-        owner: &ReverseOwner,
-        name: &Name,
-        rtype: RecordType,
-    ) -> Vec<Record> {
-        let mut records = Vec::new();
-        match owner {
-            ReverseOwner::Apex(zone) => {
-                let apex = &self.reverse.zones[*zone].apex;
-                if wants(rtype, RecordType::SOA) {
-                    records.push(self.soa_at(apex));
-                }
-                if wants(rtype, RecordType::NS) {
-                    let ns = RData::NS(NS(ns_name(&self.zone)));
-                    records.push(Record::from_rdata(apex.clone(), self.ttl, ns));
-                }
-            }
-            ReverseOwner::Pointers(targets) if wants(rtype, RecordType::PTR) => {
-                records.extend(targets.iter().map(|target| {
-                    Record::from_rdata(name.clone(), self.ttl, RData::PTR(PTR(target.clone())))
-                }));
-            }
-            ReverseOwner::Pointers(_) | ReverseOwner::Empty => {}
-        }
-        records
-    }
-
-    /// The SOA of the zone `apex` (this zone or a reverse zone) at the
-    /// current serial: one serial for all, the name server and mailbox of
-    /// this zone.
-    pub fn soa_at(&self, apex: &Name) -> Record {
-        if apex == &self.zone {
-            return self.soa();
-        }
-        let serial = self.serial.load(std::sync::atomic::Ordering::Relaxed);
-        let mut soa = soa_record(&self.zone, self.ttl, serial);
-        soa.name = apex.clone();
-        soa
-    }
-
-    /// The SOA for a negative answer about `name`: its reverse zone's, else this zone's.
-    pub fn soa_for(&self, name: &LowerName) -> Record {
-        match self.reverse.zone_of(name) {
-            Some(zone) if !self.apex.zone_of(name) => self.soa_at(&self.reverse.zones[zone].apex),
-            _ => self.soa(),
-        }
-    }
-
-    /// The reverse zones served.
-    pub fn reverse_zones(&self) -> &[ReverseZone] {
-        self.reverse.zones()
-    }
-
-    /// Every PTR record of reverse zone `zone`, in address order.
-    pub(super) fn reverse_zone_records(&self, zone: usize) -> Vec<Record> {
-        let pointers = self
-            .reverse
-            .pointers
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        pointers
-            .range(self.reverse.zones[zone].addresses())
-            .flat_map(|(ip, targets)| {
-                let owner = Name::from(*ip);
-                targets.iter().map(move |target| {
-                    Record::from_rdata(owner.clone(), self.ttl, RData::PTR(PTR(target.clone())))
-                })
-            })
-            .collect()
     }
 }
 

@@ -7,8 +7,11 @@ use std::collections::HashSet;
 
 use hickory_proto::rr::{LowerName, Name, Record, RecordType};
 
+use super::Index;
+use super::entry::ServiceEntry;
+use super::names::Lookup;
+use super::records::{child, ns_name, records_name};
 use super::records::{local_endpoints, pod_name};
-use super::{Index, Lookup, ServiceEntry, child, ns_name, records_name};
 
 /// The record types a name of the zone can hold besides the apex SOA.
 const TYPES: [RecordType; 6] = [
