@@ -21,7 +21,6 @@ use serde_json::json;
 
 const MCS: &str = "multicluster.x-k8s.io";
 const DB: &str = "db.shop.svc.clusterset.local.";
-const ALL: [&str; 3] = ["east", "north", "west"];
 
 /// Which versions of the two MCS kinds an API server serves.
 #[derive(Clone, Copy, Debug)]
