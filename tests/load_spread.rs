@@ -240,3 +240,29 @@ async fn tcp_answers_are_complete_and_rotate() {
         assert!(firsts.len() > 1, "{name} {rtype}: always {firsts:?} first");
     }
 }
+
+/// A ClusterSetIP name without VIPs answers every cluster's ClusterIP, the
+/// local cluster's first, over UDP (cached or not) and TCP alike: it keeps
+/// that order instead of rotating, so clients use the local Service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusterset_ip_name_keeps_the_local_cluster_first() {
+    let cs = Clusterset::new();
+    for (cluster, ip) in [("east", "10.1.0.20"), ("west", "10.2.0.20")] {
+        let plain = cluster_ip("shop", "plain", &[ip]);
+        let export = plain.export().set(
+            "metadata.annotations",
+            serde_json::json!({"clusterset-dns.io/use-clusterset-ip": "false"}),
+        );
+        cs.write(cluster, "plain.yaml", &[plain, export]);
+    }
+    let server = start(cs.dir(), &["--cluster-id", "west", "--udp-workers", "2"]).await;
+    let addr = server.running().dns_addr;
+    let name = "plain.shop.svc.clusterset.local.";
+    for _ in 0..20 {
+        for response in [query(addr, name, A).await, query_tcp(addr, name, A).await] {
+            let first = response.answers.first().and_then(|r| r.data.ip_addr());
+            assert_eq!(response.answers.len(), 2, "{response:?}");
+            assert_eq!(first.map(|ip| ip.to_string()).as_deref(), Some("10.2.0.20"));
+        }
+    }
+}

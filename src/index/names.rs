@@ -52,6 +52,17 @@ pub enum Owner {
     Reverse(ReverseOwner),
 }
 
+impl Owner {
+    /// Whether the name's addresses keep the order the index gives them
+    /// instead of rotating per response: a ClusterSetIP service name's
+    /// (its VIPs, or without VIPs every cluster's ClusterIP, the local
+    /// cluster's first, so that clients use the local Service).
+    pub fn keeps_order(&self) -> bool {
+        matches!(self, Self::Service(entry, ServiceName::Service)
+            if entry.import.type_ == ImportType::ClusterSetIP)
+    }
+}
+
 /// A name under one service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServiceName {

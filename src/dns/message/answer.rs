@@ -19,6 +19,10 @@ pub struct Answer {
     pub authority: Vec<Record>,
     /// Where the encoded response may be cached (authoritative answers only).
     pub slot: Option<CacheSlot>,
+    /// Whether an answer of several records rotates per response
+    /// (ARCHITECTURE.md, "Load spread"); a ClusterSetIP service name's
+    /// addresses keep their order (see [`crate::index::Owner::keeps_order`]).
+    pub rotates: bool,
 }
 
 impl Answer {
@@ -30,6 +34,7 @@ impl Answer {
             answers: Vec::new(),
             authority: Vec::new(),
             slot: None,
+            rotates: false,
         }
     }
 }
@@ -67,6 +72,7 @@ pub fn answer(index: &Index, name: &LowerName, rtype: RecordType, class: DNSClas
             ResponseCode::NXDomain
         },
         authoritative: true,
+        rotates: !owner.as_ref().is_some_and(|o| o.keeps_order()),
         answers,
         authority,
         slot: Some(slot),
@@ -94,6 +100,7 @@ pub fn transfer_over_udp(index: &Index, name: &LowerName, rtype: RecordType) -> 
             answers: vec![soa],
             authority: Vec::new(),
             slot: None,
+            rotates: false,
         };
     }
     Answer::code(ResponseCode::NotImp)

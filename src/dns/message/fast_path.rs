@@ -95,7 +95,16 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
     let full = (slot.is_some() || response.answer().answers.len() > 1)
         .then(|| response.encode(&request.queries, false, u16::MAX).ok())
         .flatten();
-    let layout = full.as_deref().and_then(Layout::of);
+    let rotatable = full.as_deref().and_then(Layout::of);
+    let rotates = response.answer().rotates;
+    // A many-record answer that keeps its order is cached under its own
+    // variant, so that the fast path does not rotate it either.
+    let full_variant = if rotatable.is_some() && !rotates {
+        KEPT_ORDER
+    } else {
+        0
+    };
+    let layout = rotatable.filter(|_| rotates);
     if let Some(slot) = slot
         && let Some(full) = &full
     {
@@ -112,7 +121,13 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
             let variant = cut_variant(limit, edns);
             index.store(slot, question, variant, Arc::from(cut), negative);
         }
-        index.store(slot, question, 0, Arc::from(full.as_slice()), negative);
+        index.store(
+            slot,
+            question,
+            full_variant,
+            Arc::from(full.as_slice()),
+            negative,
+        );
     }
     if let (Some(full), Some(layout)) = (&full, &layout) {
         rotate::write(full, layout, next_turn(), usize::from(limit), opt, out);
@@ -134,6 +149,10 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
 
 /// The cache variant of a response cut to `limit` bytes, without EDNS or
 /// with it and this DO bit.
+/// The cache variant of a complete response whose answer has several
+/// records and keeps their order (cut variants are 512 and up).
+const KEPT_ORDER: u16 = 1;
+
 fn cut_variant(limit: u16, edns: Option<bool>) -> u16 {
     limit
         | match edns {
@@ -260,8 +279,13 @@ impl FastQuery {
     fn lookup(&self, index: &Index, packet: &[u8]) -> Option<Response> {
         let name = Self::name(packet)?;
         let question = &packet[question::START..self.question_end];
-        let full = index.cached(&name, question, 0)?;
-        let layout = Layout::of(&full);
+        let (full, layout) = match index.cached(&name, question, 0) {
+            Some(full) => {
+                let layout = Layout::of(&full);
+                (full, layout)
+            }
+            None => (index.cached(&name, question, KEPT_ORDER)?, None),
+        };
         if layout.is_some() || full.len() + self.opt().len() <= self.limit {
             return Some(Response {
                 bytes: full,

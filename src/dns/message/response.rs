@@ -135,17 +135,19 @@ impl Response {
             .edns
             .as_ref()
             .is_some_and(|e| e.options().get(EdnsCode::Padding).is_some());
+        let rotates = self.answer.rotates;
         let Some(edns) = self.edns.as_mut().filter(|_| encrypted && padded) else {
-            return Ok(rotated(bytes));
+            return Ok(rotated(bytes, rotates));
         };
         // The option's code and length take 4 bytes, the padding the rest.
         let length = (PADDING_BLOCK - (bytes.len() + 4) % PADDING_BLOCK) % PADDING_BLOCK;
         if bytes.len() + 4 + length > usize::from(u16::MAX) {
-            return Ok(rotated(bytes));
+            return Ok(rotated(bytes, rotates));
         }
         let padding = EdnsOption::Unknown(EdnsCode::Padding.into(), vec![0; length]);
         edns.options_mut().insert(padding);
-        self.encode(&request.queries, true, u16::MAX).map(rotated)
+        self.encode(&request.queries, true, u16::MAX)
+            .map(|bytes| rotated(bytes, rotates))
     }
 
     /// What was answered, for metrics.
@@ -171,8 +173,8 @@ impl Response {
 /// A complete response with its answer rotated by the next turn when it
 /// rotates, as UDP sends it (ARCHITECTURE.md, "Load spread"); rotation
 /// keeps its length, so padding stays right.
-fn rotated(bytes: Vec<u8>) -> Vec<u8> {
-    let Some(layout) = Layout::of(&bytes) else {
+fn rotated(bytes: Vec<u8>, rotates: bool) -> Vec<u8> {
+    let Some(layout) = Layout::of(&bytes).filter(|_| rotates) else {
         return bytes;
     };
     let mut out = Vec::with_capacity(bytes.len());
