@@ -43,33 +43,9 @@ port_free "$OURS_PORT"
 
 IFS=: read -r N M K <<<"$SIZE"
 DIR="$WORK/tp-$CLUSTERS-$N-$M-$K"
-python3 "$BENCH_DIR/gen_clusterset.py" manifests --out "$DIR" --services "$N" \
-    --headless "$M" --endpoints "$K" --clusters "$CLUSTERS"
-python3 "$BENCH_DIR/gen_clusterset.py" zone --manifests "$DIR" --binary "$BIN" \
-    --zone-file "$DIR.zone" --queries "$DIR.queries" --verify "$DIR.verify"
-read -r PROBE_NAME PROBE_IP < <(probe "$DIR")
-
-KDIR="$DIR.knot-callgrind"; rm -rf "$KDIR"; mkdir -p "$KDIR"
-cp "$DIR.zone" "$KDIR/clusterset.local.zone"
-cat >"$KDIR/knot.conf" <<EOF
-server:
-    rundir: "$KDIR"
-    user: root:root
-    listen: 127.0.0.1@$KNOT_PORT
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-database:
-    storage: "$KDIR"
-template:
-  - id: default
-    storage: "$KDIR"
-    journal-content: none
-    zonefile-sync: -1
-zone:
-  - domain: clusterset.local
-    file: "$KDIR/clusterset.local.zone"
-EOF
+throughput_data "$DIR" "$N" "$M" "$K"
+KDIR="$DIR.knot-callgrind"
+knot_config "$KDIR" "$DIR.zone" "$KNOT_PORT"
 
 # count SERVER PORT PID OUT: warm-up pass, then QUERIES counted questions;
 # prints the questions answered.

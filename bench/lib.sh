@@ -83,3 +83,47 @@ pin_all() {
             || die "$name thread $(basename "$t") is not pinned to core $core"
     done
 }
+
+# throughput_data DIR N M K: the clusterset of throughput.sh (CLUSTERS
+# clusters, N ClusterSetIP + M headless services, K endpoints per cluster)
+# in DIR, its Knot zone in DIR.zone, dnsperf queries in DIR.queries and the
+# questions to compare in DIR.verify; sets PROBE_NAME and PROBE_IP.
+throughput_data() {
+    local dir=$1
+    python3 "$BENCH_DIR/gen_clusterset.py" manifests --out "$dir" --services "$2" \
+        --headless "$3" --endpoints "$4" --clusters "$CLUSTERS"
+    python3 "$BENCH_DIR/gen_clusterset.py" zone --manifests "$dir" --binary "$BIN" \
+        --zone-file "$dir.zone" --queries "$dir.queries" --verify "$dir.verify"
+    read -r PROBE_NAME PROBE_IP < <(probe "$dir")
+}
+
+# knot_config KDIR ZONE PORT: a fresh rundir KDIR serving ZONE as
+# clusterset.local, KDIR/knot.conf listening on 127.0.0.1@PORT with one
+# UDP, one TCP and one background worker.
+knot_config() {
+    local kdir=$1
+    rm -rf "$kdir"; mkdir -p "$kdir"
+    cp "$2" "$kdir/clusterset.local.zone"
+    cat >"$kdir/knot.conf" <<EOF
+server:
+    rundir: "$kdir"
+    user: root:root
+    listen: 127.0.0.1@$3
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+database:
+    storage: "$kdir"
+log:
+  - target: stderr
+    any: info
+template:
+  - id: default
+    storage: "$kdir"
+    journal-content: none
+    zonefile-sync: -1
+zone:
+  - domain: clusterset.local
+    file: "$kdir/clusterset.local.zone"
+EOF
+}

@@ -105,37 +105,9 @@ for size in $SIZES; do
     IFS=: read -r N M K <<<"$size"
     DIR="$WORK/tp-$CLUSTERS-$N-$M-$K"
     log "clusterset $size ($CLUSTERS clusters) in $DIR"
-    python3 "$BENCH_DIR/gen_clusterset.py" manifests --out "$DIR" --services "$N" \
-        --headless "$M" --endpoints "$K" --clusters "$CLUSTERS"
-    python3 "$BENCH_DIR/gen_clusterset.py" zone --manifests "$DIR" --binary "$BIN" \
-        --zone-file "$DIR.zone" --queries "$DIR.queries" --verify "$DIR.verify"
-    read -r PROBE_NAME PROBE_IP < <(probe "$DIR")
-
-    # Knot: one UDP, one TCP and one background worker, its own rundir.
-    KDIR="$DIR.knot"; rm -rf "$KDIR"; mkdir -p "$KDIR"
-    cp "$DIR.zone" "$KDIR/clusterset.local.zone"
-    cat >"$KDIR/knot.conf" <<EOF
-server:
-    rundir: "$KDIR"
-    user: root:root
-    listen: 127.0.0.1@$KNOT_PORT
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-database:
-    storage: "$KDIR"
-log:
-  - target: stderr
-    any: info
-template:
-  - id: default
-    storage: "$KDIR"
-    journal-content: none
-    zonefile-sync: -1
-zone:
-  - domain: clusterset.local
-    file: "$KDIR/clusterset.local.zone"
-EOF
+    throughput_data "$DIR" "$N" "$M" "$K"
+    KDIR="$DIR.knot"
+    knot_config "$KDIR" "$DIR.zone" "$KNOT_PORT"
     knotc -c "$KDIR/knot.conf" conf-check >/dev/null || die "knot config invalid"
     taskset -c "$SERVER_CORE" knotd -c "$KDIR/knot.conf" >"$KDIR/knotd.log" 2>&1 &
     KNOT_PID=$!; PIDS+=("$KNOT_PID")
