@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use clusterset_dns::engine::vip::{VipAllocator, VipPools};
+use clusterset_dns::k8s::crd::v1alpha1::ServiceImport;
 use clusterset_dns::k8s::records;
 use clusterset_dns::model::{IpFamily, ServiceKey};
 use clusterset_dns::writeback::vip_claims::VipClaims;
@@ -587,4 +588,27 @@ async fn a_wiped_broker_is_rebuilt_with_the_same_vips() {
         assert_eq!(other, None, "no ServiceImport ever carried another VIP");
     }
     until_answered(&set, "north", DB, ips(["10.1.0.40", "10.3.0.40"])).await;
+}
+
+/// A ServiceImport deleted while its member's watches are away (the API
+/// server restarted without its watch history, so they relist) is written
+/// again as soon as the relist shows it gone: a relist queues what it found
+/// new, changed or gone, not every service, and no periodic resync is
+/// waited for (a full resync pass takes 30 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_deleted_while_watches_are_away_is_restored_after_the_relist() {
+    let set = three().await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    let vip = agreed_vip(&set, "shop", "web").await;
+    let east = &set.member("east").api;
+    east.stop().await;
+    assert!(east.remove::<ServiceImport>(Some("shop"), "web"));
+    east.restart(fake_apiserver::RestartMode::KeepObjects).await;
+    eventually_within(
+        Duration::from_secs(20),
+        "east's ServiceImport is back with its VIP",
+        Some(vec![vip]),
+        || async { set.import("east", "shop", "web").map(|i| import_ips(&i)) },
+    )
+    .await;
 }

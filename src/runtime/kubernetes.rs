@@ -50,16 +50,24 @@ use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
 
 /// Writers working on different services at once.
 const WORKERS: usize = 8;
-/// Every service is checked again this often, to repair drift.
-const RESYNC: Duration = Duration::from_secs(60);
+/// A leader checks every service again once per this long, to repair drift
+/// no watch event reported (each object it writes is watched, so a change
+/// to one queues its service at once): controller-runtime's default sync
+/// period is 10 hours. The pass is spread evenly over the period, one
+/// [`RESYNC_SLICES`]th at a time, so an idle member stays idle and a pass
+/// never queues a clusterset's worth of services ahead of a change.
+const RESYNC_PASS: Duration = Duration::from_secs(30 * 60);
+/// Slices of one resync pass (one every 5 s).
+const RESYNC_SLICES: u32 = 360;
 /// Age after which a VIP claim no VIP record keeps is released: a writer
 /// writes the record milliseconds after claiming.
 const CLAIM_GRACE: Duration = Duration::from_secs(60);
 /// Claims are swept (a list of every claim on the broker) when a replica
-/// starts leading, one [`RESYNC`] later, and every this many resyncs after:
-/// a claim outlives its record only when a writer stops between the two
-/// writes, and at clusterset size the list is tens of megabytes.
-const SWEEP_EVERY: u32 = 30;
+/// starts leading, [`CLAIM_GRACE`] later (claims a writer left just before
+/// the handover are then old enough), and after every resync pass: a claim
+/// outlives its record only when a writer stops between the two writes, and
+/// at clusterset size the list is tens of megabytes.
+const FIRST_SWEEPS: [Duration; 2] = [Duration::ZERO, CLAIM_GRACE];
 /// Waits before a failed service is written again: 40 ms, doubled after
 /// each failure in a row, up to 10 s.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(40), Duration::from_secs(10));
@@ -232,7 +240,7 @@ impl Controller {
     {
         let queue = self.queue.clone();
         self.watches.facts(&mut self.tasks, source, move |event| {
-            if let Some(key) = seen.as_ref().and_then(|s| s.on_event(event)) {
+            for key in seen.iter().flat_map(|s| s.on_event(event)) {
                 queue.add(key);
             }
         })
@@ -255,7 +263,7 @@ impl Controller {
         let tasks = &mut self.tasks;
         self.watches
             .spawn(tasks, api, config, resource, move |event| {
-                if let Some(key) = seen.on_event(&event) {
+                for key in seen.on_event(&event) {
                     queue.add(key);
                 }
             });
@@ -388,8 +396,9 @@ impl Controller {
         }
     }
 
-    /// Queues every service when this replica becomes the leader, and every
-    /// [`RESYNC`] while it leads; sweeps VIP claims (see [`SWEEP_EVERY`]).
+    /// Queues every service when this replica becomes the leader, then
+    /// resyncs them while it leads, one slice at a time (see
+    /// [`RESYNC_PASS`]); sweeps VIP claims (see [`FIRST_SWEEPS`]).
     fn resync_when_leading(
         &mut self,
         caches: Caches,
@@ -402,44 +411,64 @@ impl Controller {
             self.metrics.clone(),
         );
         let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
+        let sweep = move |caches: Caches| {
+            let claims = claims.clone();
+            async move {
+                match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(claims = n, "released VIP claims no record kept"),
+                    Err(error) => warn!(%error, "cannot sweep VIP claims"),
+                }
+            }
+        };
         self.tasks.spawn(async move {
             if synced.wait_for(|s| *s).await.is_err() {
                 return;
             }
-            let mut round = 0;
-            loop {
-                if leading.wait_for(|l| *l).await.is_err() {
-                    return;
-                }
+            while leading.wait_for(|l| *l).await.is_ok() {
                 metrics.set_leader(true);
-                let mut keys: HashSet<ServiceKey> = {
-                    let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
-                    pipeline.engine().keys().cloned().collect()
+                let lead = async {
+                    for key in every_service(&pipeline, &caches) {
+                        queue.add_later(key);
+                    }
+                    let mut waited = Duration::ZERO;
+                    for at in FIRST_SWEEPS {
+                        tokio::time::sleep(at - waited).await;
+                        waited = at;
+                        sweep(caches.clone()).await;
+                    }
+                    let tick = RESYNC_PASS / RESYNC_SLICES;
+                    loop {
+                        let keys = every_service(&pipeline, &caches);
+                        let per_slice = keys.len().div_ceil(RESYNC_SLICES as usize).max(1);
+                        for slice in keys.chunks(per_slice) {
+                            tokio::time::sleep(tick).await;
+                            for key in slice {
+                                queue.add_later(key.clone());
+                            }
+                        }
+                        sweep(caches.clone()).await;
+                    }
                 };
-                // Objects this cluster wrote for services the engine no longer knows.
-                keys.extend(caches.broker_records.services());
-                keys.extend(caches.broker_slices.services());
-                keys.extend(caches.local_imports.services());
-                keys.extend(caches.local_slices.services());
-                for key in keys {
-                    queue.add_later(key);
-                }
-                if round <= 1 || round % SWEEP_EVERY == 0 {
-                    match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {
-                        Ok(0) => {}
-                        Ok(n) => info!(claims = n, "released VIP claims no record kept"),
-                        Err(error) => warn!(%error, "cannot sweep VIP claims"),
-                    }
-                }
-                round += 1;
                 tokio::select! {
-                    _ = leading.wait_for(|l| !*l) => {
-                        metrics.set_leader(false);
-                        round = 0;
-                    }
-                    () = tokio::time::sleep(RESYNC) => {}
+                    _ = leading.wait_for(|l| !*l) => metrics.set_leader(false),
+                    () = lead => {}
                 }
             }
         });
     }
+}
+
+/// Every service the engine knows, and those this cluster wrote objects for
+/// that the engine no longer knows.
+fn every_service(pipeline: &Mutex<Pipeline>, caches: &Caches) -> Vec<ServiceKey> {
+    let mut keys: HashSet<ServiceKey> = {
+        let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
+        pipeline.engine().keys().cloned().collect()
+    };
+    keys.extend(caches.broker_records.services());
+    keys.extend(caches.broker_slices.services());
+    keys.extend(caches.local_imports.services());
+    keys.extend(caches.local_slices.services());
+    keys.into_iter().collect()
 }

@@ -197,8 +197,10 @@ pub struct SeenStore<K, X> {
 /// A watch event's effect on a store, for a watch that feeds one without
 /// knowing its extract type.
 pub trait Follow<K>: Send + Sync {
-    /// Follows one event; returns the service of a kept object it touched.
-    fn on_event(&self, event: &Event<K>) -> Option<ServiceKey>;
+    /// Follows one event; returns the services of kept objects it changed.
+    /// A relist (after a watch expired, say) returns only the services whose
+    /// objects it found new, changed or gone, not every listed one.
+    fn on_event(&self, event: &Event<K>) -> Vec<ServiceKey>;
 }
 
 impl<K: Resource + Owned, X> SeenStore<K, X> {
@@ -249,7 +251,7 @@ where
     K: Resource + Owned,
     X: Send + Sync,
 {
-    fn on_event(&self, event: &Event<K>) -> Option<ServiceKey> {
+    fn on_event(&self, event: &Event<K>) -> Vec<ServiceKey> {
         let named = |object: &K| {
             let meta = object.meta();
             let name = meta.name.as_deref()?;
@@ -261,7 +263,9 @@ where
         };
         match event {
             Event::Apply(object) | Event::Delete(object) => {
-                let (id, name, service) = named(object)?;
+                let Some((id, name, service)) = named(object) else {
+                    return Vec::new();
+                };
                 let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
                 let was = state.objects.contains_key(&id);
                 let seen = matches!(event, Event::Apply(_))
@@ -272,26 +276,44 @@ where
                     Some(seen) => state.insert(id, service.clone(), &name, seen),
                     None => state.remove(&id, service.as_ref(), &name),
                 }
-                service.filter(|_| was || kept)
+                service.filter(|_| was || kept).into_iter().collect()
             }
             Event::Init => {
                 *self.relist.lock().unwrap_or_else(|e| e.into_inner()) = Some(State::default());
-                None
+                Vec::new()
             }
             Event::InitApply(object) => {
-                let (id, name, service) = named(object)?;
-                let seen = self.seen(object)?;
+                let (Some((id, name, service)), Some(seen)) = (named(object), self.seen(object))
+                else {
+                    return Vec::new();
+                };
+                let unchanged = {
+                    let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+                    state.objects.get(&id).map(|s| &s.version) == Some(&seen.version)
+                };
                 let mut relist = self.relist.lock().unwrap_or_else(|e| e.into_inner());
                 relist
                     .get_or_insert_default()
                     .insert(id, service.clone(), &name, seen);
-                service
+                service.filter(|_| !unchanged).into_iter().collect()
             }
             Event::InitDone => {
                 let fresh = self.relist.lock().unwrap_or_else(|e| e.into_inner()).take();
-                *self.state.write().unwrap_or_else(|e| e.into_inner()) = fresh.unwrap_or_default();
+                let fresh = fresh.unwrap_or_default();
+                let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+                // Services that lost an object while the watch was away.
+                let gone = state
+                    .by_service
+                    .iter()
+                    .filter(|(service, names)| {
+                        let now = fresh.by_service.get(*service);
+                        names.iter().any(|n| now.is_none_or(|now| !now.contains(n)))
+                    })
+                    .map(|(service, _)| service.clone())
+                    .collect();
+                *state = fresh;
                 self.listed.store(true, Ordering::Release);
-                None
+                gone
             }
         }
     }
@@ -353,11 +375,8 @@ mod tests {
         let store = store();
         let key = ServiceKey::new("ns", "a");
         let touched = store.on_event(&Event::Apply(slice("mine-1", "a", "5")));
-        assert_eq!(touched, Some(key.clone()));
-        assert_eq!(
-            store.on_event(&Event::Apply(slice("other", "a", "6"))),
-            None
-        );
+        assert_eq!(touched, std::slice::from_ref(&key));
+        assert_eq!(store.on_event(&Event::Apply(slice("other", "a", "6"))), []);
         assert_eq!(store.names(&key), BTreeSet::from(["mine-1".to_owned()]));
         let seen = store.get("broker", "mine-1").unwrap();
         assert_eq!(seen.version.resource_version.as_deref(), Some("5"));
@@ -392,5 +411,40 @@ mod tests {
         store.on_event(&Event::InitDone);
         assert!(store.get("broker", "mine-1").is_none());
         assert_eq!(store.services(), vec![ServiceKey::new("ns", "b")]);
+    }
+
+    /// A relist queues only what it found new, changed or gone: at
+    /// clusterset size every 410 Gone would otherwise queue every service.
+    #[test]
+    fn a_relist_returns_only_what_changed() {
+        let store = store();
+        for (name, service, version) in [
+            ("mine-same", "a", "1"),
+            ("mine-edited", "b", "1"),
+            ("mine-gone", "c", "1"),
+        ] {
+            store.on_event(&Event::Apply(slice(name, service, version)));
+        }
+        store.on_event(&Event::Init);
+        let mut touched = Vec::new();
+        for (name, service, version) in [
+            ("mine-same", "a", "1"),
+            ("mine-edited", "b", "2"),
+            ("mine-new", "d", "1"),
+        ] {
+            touched.extend(store.on_event(&Event::InitApply(slice(name, service, version))));
+        }
+        touched.extend(store.on_event(&Event::InitDone));
+        touched.sort();
+        let keys = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| ServiceKey::new("ns", n))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(touched, keys(&["b", "c", "d"]));
+        let mut services = store.services();
+        services.sort();
+        assert_eq!(services, keys(&["a", "b", "d"]));
     }
 }
