@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use clusterset_dns::cli::ServeArgs;
-use clusterset_dns::engine::Engine;
+use clusterset_dns::engine::{Engine, EngineSettings};
 use clusterset_dns::sources::manifests::ManifestSource;
 use libfuzzer_sys::fuzz_target;
 
@@ -21,6 +21,10 @@ static DIR: LazyLock<(tempfile::TempDir, PathBuf)> = LazyLock::new(|| {
     (dir, file)
 });
 
+/// The default engine settings, parsed once from an empty command line.
+static SETTINGS: LazyLock<EngineSettings> =
+    LazyLock::new(|| ServeArgs::default().clusterset.engine_settings());
+
 fuzz_target!(|data: &[u8]| {
     let (dir, file) = &*DIR;
     std::fs::write(file, data).unwrap();
@@ -28,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let mut source = ManifestSource::new(dir.path());
     let changes = source.rescan(&HashSet::new());
     let _ = source.problems();
-    let mut engine = Engine::new(ServeArgs::default().clusterset.engine_settings());
+    let mut engine = Engine::new(SETTINGS.clone());
     let _ = engine.apply(changes);
     let _ = engine.stats();
 });

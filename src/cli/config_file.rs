@@ -11,6 +11,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::path::Path;
+use std::sync::LazyLock;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
@@ -70,7 +71,7 @@ where
     T: Into<OsString>,
 {
     let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
-    let mut command = Cli::command();
+    let mut command = built().clone();
     let first = command.try_get_matches_from_mut(&argv)?;
     let log_level_on_command_line = from_command_line(&first, "log_level");
     let config = first.subcommand().and_then(|(name, sub)| {
@@ -137,6 +138,17 @@ fn subcommand_position(command: &clap::Command, argv: &[OsString], name: &str) -
     None
 }
 
+/// The command-line parser, built (and checked by clap) once: reading a
+/// config file consults it once per key.
+fn built() -> &'static clap::Command {
+    static COMMAND: LazyLock<clap::Command> = LazyLock::new(|| {
+        let mut command = Cli::command();
+        command.build();
+        command
+    });
+    &COMMAND
+}
+
 /// The subcommand whose flags every config file may set: one file serves
 /// `serve`, `check` and `status` (which ignores the keys it has no flag for).
 const SERVE: &str = "serve";
@@ -156,9 +168,7 @@ pub fn allowed_keys(name: &str) -> Vec<String> {
 
 /// The long names of the flags of subcommand `name` that a file may set.
 fn flag_names(name: &str) -> Vec<String> {
-    let mut command = Cli::command();
-    command.build();
-    let Some(sub) = command.find_subcommand(name) else {
+    let Some(sub) = built().find_subcommand(name) else {
         return Vec::new();
     };
     sub.get_arguments()
@@ -212,8 +222,9 @@ pub fn file_arguments(path: &Path, name: &str) -> Result<Vec<FileArgument>, Conf
     let entries = read_entries(&text, &file).map_err(|reason| error(None, reason))?;
     let allowed = allowed_keys(name);
     let own = flag_names(name);
-    let mut command = Cli::command();
-    command.build();
+    let command = built();
+    // One parser checks every key's value: it is cloned once, not per key.
+    let mut check_parser = command.clone();
     let mut args = Vec::new();
     for (key, value) in entries {
         if !allowed.contains(&key) {
@@ -234,7 +245,7 @@ pub fn file_arguments(path: &Path, name: &str) -> Result<Vec<FileArgument>, Conf
             continue;
         };
         let check = [OsString::from("clusterset-dns"), owner.into(), word.clone()];
-        if let Err(e) = command.clone().try_get_matches_from(check) {
+        if let Err(e) = check_parser.try_get_matches_from_mut(check) {
             return Err(error(Some(&key), value_error(&e, &arg, &value)));
         }
         if owner == name {
