@@ -93,16 +93,46 @@ impl FileError {
 /// What a file's pieces may reuse: hashes of unchanged pieces not to parse.
 pub type Reusable = std::collections::HashSet<u64, foldhash::fast::FixedState>;
 
-/// Reads several files, a few per thread (or, for one file, its pieces on
-/// every thread), in the order given.
-pub fn read_all(
+/// Files a reader thread may have read before the caller takes them: the
+/// parsed documents of a few files, not of the whole directory, are held.
+const AHEAD: usize = 2;
+
+/// Reads several files on `threads` threads (or, for one file, its pieces
+/// on every thread) and hands each result to `apply` in the order given,
+/// while the next files are read: the caller's work on one file overlaps
+/// the reading of the next ones. Reader `w` reads files `w`, `w + threads`,
+/// …, so the order needs no sorting and each reader is at most [`AHEAD`]
+/// files ahead.
+pub fn read_in_order(
     files: &[(&Path, &Reusable)],
     threads: usize,
-) -> Vec<Result<Vec<ReadPiece>, FileError>> {
+    mut apply: impl FnMut(usize, Result<Vec<ReadPiece>, FileError>),
+) {
     if let [(path, reusable)] = files {
-        return vec![read(path, reusable, threads)];
+        return apply(0, read(path, reusable, threads));
     }
-    on_threads(files, threads, |(path, reusable)| read(path, reusable, 1))
+    let threads = threads.clamp(1, files.len().max(1));
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..threads)
+            .map(|w| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(AHEAD);
+                scope.spawn(move || {
+                    for (path, reusable) in files.iter().skip(w).step_by(threads) {
+                        if tx.send(read(path, reusable, 1)).is_err() {
+                            return;
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        for (i, reader) in (0..files.len()).zip(readers.iter().cycle()) {
+            // A reader that panicked sends nothing more; the scope then
+            // passes its panic on.
+            let Ok(result) = reader.recv() else { break };
+            apply(i, result);
+        }
+    });
 }
 
 /// `f` of every item, in order, the items cut into one run per thread.
@@ -290,6 +320,47 @@ mod tests {
         // A file that is not there (any more) may be readable later.
         let missing = read(&dir.path().join("gone.yaml"), &none(), 1).unwrap_err();
         assert!(missing.unreadable, "{missing:?}");
+    }
+
+    /// Every file's result reaches the caller once, in the order given,
+    /// a bad file's error in its place, on any number of reader threads.
+    #[test]
+    fn files_are_applied_in_order_while_others_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<_> = (0..23)
+            .map(|i| {
+                let path = dir.path().join(format!("f{i}.yaml"));
+                let text = if i == 7 {
+                    "a: [".to_owned()
+                } else {
+                    format!("n: {i}\n")
+                };
+                fs::write(&path, text).unwrap();
+                path
+            })
+            .collect();
+        let reusable = none();
+        let files: Vec<_> = paths.iter().map(|p| (p.as_path(), &reusable)).collect();
+        for threads in [1, 2, 3, 8, 40] {
+            let mut seen = Vec::new();
+            read_in_order(&files, threads, |i, result| {
+                let value = result.map(|pieces| pieces[0].values.clone().unwrap()[0]["n"].clone());
+                seen.push((i, value.map_err(|e| e.unreadable)));
+            });
+            let expected: Vec<_> = (0..23)
+                .map(|i| {
+                    (
+                        i,
+                        if i == 7 {
+                            Err(false)
+                        } else {
+                            Ok(Value::from(i))
+                        },
+                    )
+                })
+                .collect();
+            assert_eq!(seen, expected, "{threads} threads");
+        }
     }
 
     #[test]

@@ -118,36 +118,35 @@ impl ManifestSource {
                     .is_some_and(|s| s.stamp == Some(*stamp) && !touched.contains(path))
             })
             .collect();
-        // Parse a few files at a time on every core, then apply them in walk order.
+        // Parse on every core, and apply each file in walk order while the
+        // next ones are parsed.
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        for chunk in to_read.chunks(threads * 2) {
-            let reusable: Vec<Reusable> = chunk
-                .iter()
-                .map(|(path, ..)| {
-                    self.files
-                        .get(path)
-                        .map(FileState::reusable)
-                        .unwrap_or_default()
-                })
-                .collect();
-            let files: Vec<(&Path, &Reusable)> = chunk
-                .iter()
-                .zip(&reusable)
-                .map(|((path, ..), reusable)| (path.as_path(), reusable))
-                .collect();
-            let read = documents::read_all(&files, threads);
-            for (file, pieces) in chunk.iter().zip(read) {
-                let path = &file.0;
-                let old = self.undefine(path, &mut affected).unwrap_or_default();
-                let state = self.read_file(file, pieces, old, &affected, now);
-                if !first {
-                    for ident in state.objects.keys() {
-                        self.touch(ident, &mut affected);
-                    }
+        let reusable: Vec<Reusable> = to_read
+            .iter()
+            .map(|(path, ..)| {
+                self.files
+                    .get(path)
+                    .map(FileState::reusable)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let files: Vec<(&Path, &Reusable)> = to_read
+            .iter()
+            .zip(&reusable)
+            .map(|((path, ..), reusable)| (path.as_path(), reusable))
+            .collect();
+        documents::read_in_order(&files, threads, |i, pieces| {
+            let file = &to_read[i];
+            let path = &file.0;
+            let old = self.undefine(path, &mut affected).unwrap_or_default();
+            let state = self.read_file(file, pieces, old, &affected, now);
+            if !first {
+                for ident in state.objects.keys() {
+                    self.touch(ident, &mut affected);
                 }
-                self.files.insert(path, state);
             }
-        }
+            self.files.insert(path, state);
+        });
 
         let changes = if first {
             self.winners()
