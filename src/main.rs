@@ -12,7 +12,9 @@ use clusterset_dns::runtime::serve;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc fragments less than the system allocator under the churn of a
-/// large first load, and hands freed memory back.
+/// large first load, and hands freed memory back. The `system-allocator`
+/// feature leaves it out, for heap profilers that see only malloc.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -20,6 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// in mimalloc.h (v2 and v3) it is the option just before `use_numa_nodes`.
 /// A test checks it is the option mimalloc reads from `MIMALLOC_PURGE_DELAY`,
 /// so an upgrade that renumbers the options fails the build's tests.
+#[cfg(not(feature = "system-allocator"))]
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t =
     libmimalloc_sys::mi_option_use_numa_nodes - 1;
 
@@ -34,7 +37,10 @@ fn main() -> ExitCode {
     // 406-472 MiB against 390-394; 0 ms costs more CPU for no less memory).
     // Set before any other thread exists: mimalloc options are not thread safe.
     // SAFETY: a plain option store, made while this is the only thread.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1) };
+    #[cfg(not(feature = "system-allocator"))]
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1)
+    };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -109,7 +115,7 @@ fn init_logging(invocation: &Invocation) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "system-allocator")))]
 mod tests {
     use super::*;
 
