@@ -7,7 +7,7 @@
 #
 # Env (defaults):
 #   SERVICES=100000 HEADLESS=10000 ENDPOINTS=34 CLUSTERS=3   the clusterset
-#   STEADY_SECONDS=70      no changes (includes a members' 60 s resync)
+#   STEADY_SECONDS=70      no changes (14 slices of the members' spread resync)
 #   CHURN_SECONDS=30       per churn rate; CHURN_RATES=10,100 updates per second
 #   PROBES=20              names probed per kind
 #   START_LIMIT=900        seconds a start may take (to serving and quiet writes)

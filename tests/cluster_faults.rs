@@ -520,7 +520,7 @@ async fn members_that_disagree_keep_the_oldest_exports_vip() {
 
 /// The broker loses everything (namespace wiped, or restored from a backup
 /// older than the services): every member re-publishes its exports at once
-/// (well within one 60 s resync), and the VIPs stay the same in every
+/// (from their watches, not a periodic resync), and the VIPs stay the same in every
 /// member's ServiceImport and DNS answers, since each member re-claims the
 /// VIPs its ServiceImport carries first (KEP-1645: a VIP is stable for the
 /// import's life), even one that is not the service's first candidate.

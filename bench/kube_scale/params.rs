@@ -14,7 +14,7 @@ pub struct Params {
     pub churn: Duration,
     /// Endpoint changes per second, one churn phase each.
     pub rates: Vec<u64>,
-    /// Steady state length: at least one 60 s resync of the members.
+    /// Steady state length: several 5 s slices of the members' spread resync.
     pub steady: Duration,
     /// A start (to serving and quiet writes) may take this long.
     pub start_limit: Duration,
