@@ -18,29 +18,61 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_delay`, which libmimalloc-sys does not name:
-/// in mimalloc.h (v2 and v3) it is the option just before `use_numa_nodes`.
-/// A test checks it is the option mimalloc reads from `MIMALLOC_PURGE_DELAY`,
-/// so an upgrade that renumbers the options fails the build's tests.
+/// The mimalloc options this binary sets, with the `MIMALLOC_<NAME>`
+/// variable mimalloc reads each from (which still overrides them), and the
+/// value set. libmimalloc-sys does not name them: in mimalloc.h (v2 and v3)
+/// `purge_delay` is the option just before `use_numa_nodes`, and
+/// `arena_eager_commit` the one two before `large_os_pages`. A test checks
+/// each is the option mimalloc reads from its variable, so an upgrade that
+/// renumbers the options fails the build's tests.
+///
+/// - `purge_delay` 1 ms, not 10: the first load of a big clusterset frees
+///   nearly as much as it keeps, and with the default delay much of it stays
+///   resident (bench/scale.sh, 110k services: 406-472 MiB against 390-394;
+///   0 ms costs more CPU for no less memory).
+/// - `arena_eager_commit` off (on by default where Linux overcommits): what
+///   the first load frees in an arena committed up front stays resident
+///   (bench/scale.sh, 110k services: 410-414 MiB against 380-384, at the
+///   same time to serve).
 #[cfg(not(feature = "system-allocator"))]
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t =
-    libmimalloc_sys::mi_option_use_numa_nodes - 1;
+const MI_OPTIONS: [(libmimalloc_sys::mi_option_t, &str, std::ffi::c_long); 2] = [
+    (
+        libmimalloc_sys::mi_option_use_numa_nodes - 1,
+        "MIMALLOC_PURGE_DELAY",
+        1,
+    ),
+    (
+        libmimalloc_sys::mi_option_large_os_pages - 2,
+        "MIMALLOC_ARENA_EAGER_COMMIT",
+        0,
+    ),
+];
+
+/// Sets [`MI_OPTIONS`] as mimalloc's defaults before it starts: the first
+/// allocation, before `main`, reserves the arena that the whole load then
+/// lives in, so an option set in `main` comes too late for it. An
+/// `.init_array` entry with a priority runs before the unprioritised
+/// constructor with which mimalloc starts (gcc, `src/prim/prim.c`), and
+/// after the C library set up the environment mimalloc reads.
+#[cfg(not(feature = "system-allocator"))]
+#[used]
+#[unsafe(link_section = ".init_array.00200")]
+static SET_MI_OPTIONS: extern "C" fn() = {
+    extern "C" fn set() {
+        for (option, _, value) in MI_OPTIONS {
+            // SAFETY: a plain store of a default, made before any thread or
+            // allocation exists; it neither allocates nor reads anything.
+            unsafe { libmimalloc_sys::mi_option_set_default(option, value) };
+        }
+    }
+    set
+};
 
 /// Exit status of `check` when the configuration has problems, and of
 /// every command that fails (bad flags or config file: 2, from clap).
 const FAILURE: u8 = 1;
 
 fn main() -> ExitCode {
-    // Freed memory goes back to the OS after 1 ms rather than 10: the first
-    // load of a big clusterset frees nearly as much as it keeps, and with the
-    // default delay much of it stays resident (bench/scale.sh, 110k services:
-    // 406-472 MiB against 390-394; 0 ms costs more CPU for no less memory).
-    // Set before any other thread exists: mimalloc options are not thread safe.
-    // SAFETY: a plain option store, made while this is the only thread.
-    #[cfg(not(feature = "system-allocator"))]
-    unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1)
-    };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -119,31 +151,51 @@ fn init_logging(invocation: &Invocation) {
 mod tests {
     use super::*;
 
-    /// mimalloc reads each option from `MIMALLOC_<NAME>` when it starts, so a
-    /// copy of this test run with `MIMALLOC_PURGE_DELAY=123` sees 123 exactly
-    /// when [`MI_OPTION_PURGE_DELAY`] names that option.
+    /// The constructor ran: where no `MIMALLOC_<NAME>` is set, this process
+    /// reads the values [`MI_OPTIONS`] gives.
     #[test]
-    fn the_purge_delay_option_is_the_one_named_purge_delay() {
-        const MARK: &str = "123";
-        if std::env::var("MIMALLOC_PURGE_DELAY").as_deref() == Ok(MARK) {
-            // SAFETY: reads an option; mimalloc is initialised (it is the allocator).
-            let value = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-            assert_eq!(value.to_string(), MARK);
+    fn the_options_are_mimallocs_defaults() {
+        for (option, name, value) in MI_OPTIONS {
+            if std::env::var_os(name).is_none() {
+                // SAFETY: reads an option; mimalloc is initialised (it is the allocator).
+                assert_eq!(
+                    unsafe { libmimalloc_sys::mi_option_get(option) },
+                    value,
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    /// mimalloc reads each option from `MIMALLOC_<NAME>` when it starts, so a
+    /// copy of this test run with each variable set to a mark of its own sees
+    /// that mark in exactly the option [`MI_OPTIONS`] pairs with it.
+    #[test]
+    fn each_option_set_is_the_one_its_variable_names() {
+        let mark = |i: usize| 120 + i as std::ffi::c_long;
+        if std::env::var_os("CLUSTERSET_DNS_OPTION_COPY").is_some() {
+            for (i, (option, name, _)) in MI_OPTIONS.into_iter().enumerate() {
+                // SAFETY: reads an option; mimalloc is initialised (it is the allocator).
+                let value = unsafe { libmimalloc_sys::mi_option_get(option) };
+                assert_eq!(value, mark(i), "{name}");
+            }
             return;
         }
-        let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "tests::the_purge_delay_option_is_the_one_named_purge_delay",
-                "--test-threads=1",
-            ])
-            .env("MIMALLOC_PURGE_DELAY", MARK)
-            .output()
-            .expect("the test binary runs");
+        let mut copy = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        copy.args([
+            "--exact",
+            "tests::each_option_set_is_the_one_its_variable_names",
+            "--test-threads=1",
+        ])
+        .env("CLUSTERSET_DNS_OPTION_COPY", "1");
+        for (i, (_, name, _)) in MI_OPTIONS.into_iter().enumerate() {
+            copy.env(name, mark(i).to_string());
+        }
+        let output = copy.output().expect("the test binary runs");
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
-            "MI_OPTION_PURGE_DELAY is not mimalloc's purge_delay: {stdout}"
+            "an option is not the one its variable names: {stdout}"
         );
         // A filter that matched nothing would pass too: the copy must have
         // run this one test, and it alone.
