@@ -21,10 +21,7 @@ TIMEOUT=${TIMEOUT:-600}
 
 need heaptrack heaptrack
 port_free "$PORT"
-HEAP_TARGET="$ROOT/target/heap"
-log "cargo build --release --features system-allocator (target/heap)"
-(cd "$ROOT" && CARGO_TARGET_DIR="$HEAP_TARGET" cargo build --release --quiet --features system-allocator) \
-    || die "build failed"
+build_heap
 DIR="$WORK/cs-$CLUSTERS-$SERVICES-$HEADLESS-$ENDPOINTS"
 python3 "$BENCH_DIR/gen_clusterset.py" manifests --out "$DIR" --services "$SERVICES" \
     --headless "$HEADLESS" --endpoints "$ENDPOINTS" --clusters "$CLUSTERS"
@@ -32,7 +29,7 @@ stamp=$(date +%Y%m%d-%H%M%S)
 OUT="$WORK/heap-$stamp"
 LOGF="$OUT.log"
 rm -f "$OUT.state.json"
-heaptrack -o "$OUT" "$HEAP_TARGET/release/clusterset-dns" serve --manifests "$DIR" \
+heaptrack -o "$OUT" "$HEAP_BIN" serve --manifests "$DIR" \
     --listen "127.0.0.1:$PORT" --metrics-listen 127.0.0.1:0 --state-file "$OUT.state.json" \
     >"$LOGF" 2>&1 &
 PIDS+=("$!")
@@ -43,17 +40,9 @@ until grep -q 'first sync done' "$LOGF"; do
 done
 sleep "$SETTLE"
 # The profiled process (heaptrack's child), not the heaptrack wrapper.
-pid=$(pgrep -f "^$HEAP_TARGET/release/clusterset-dns serve --manifests $DIR" | head -1)
+pid=$(pgrep -f "^$HEAP_BIN serve --manifests $DIR" | head -1)
 log "stopping $pid; VmRSS with heaptrack's overhead: $(($(mem_kib "$pid" VmRSS) / 1024)) MiB"
 kill -INT "$pid"
 wait "${PIDS[0]}" || true
 PIDS=()
-heaptrack_print "$OUT.zst" -n "$TOP" -s 3 >"$OUT.txt" 2>/dev/null
-grep -E '^(peak heap memory consumption|calls to allocation functions|total runtime)' "$OUT.txt"
-echo "biggest consumers at the peak (first frame in this crate):"
-sed -n '/^PEAK MEMORY CONSUMERS/,/^MOST TEMPORARY/p' "$OUT.txt" | awk '
-    / consumed over / { if (head != "" && site != "") print "  " head "  " site " " at; head = $1 " " $4 " calls"; site = ""; at = ""; next }
-    /clusterset_dns::/ && site == "" { site = $1; getline nxt; if (nxt ~ / at src/) { sub(/^ +at /, "", nxt); at = nxt } }
-    END { if (site != "") print "  " head "  " site " " at }' \
-    | sed -E 's/::h[0-9a-f]{16}//g; s/_\$LT\$|\$GT\$|\$u20\$|\$u7b\$|\$u7d\$|impl//g' | head -"$TOP"
-echo "full report: $OUT.txt"
+heap_summary "$OUT" "$TOP"

@@ -14,6 +14,10 @@
 #   QUIET_SECONDS=5        no writes for this long after serving: start over
 #   LIMIT_SECONDS=3600     hard limit of the run (everything is stopped)
 #   WORK=/tmp/clusterset-bench/kube-scale
+#   HEAP=0    1: the first member runs under heaptrack (heaptracked.sh), built
+#             with the system allocator (see heap.sh); its row's figures then
+#             include heaptrack's cost, and its heap profiles (fresh start,
+#             restart) are printed at the end
 # Small: SERVICES=3000 HEADLESS=300 bench/kube_scale.sh
 set -euo pipefail
 export WORK=${WORK:-/tmp/clusterset-bench/kube-scale}
@@ -23,9 +27,19 @@ export SERVICES=${SERVICES:-100000} HEADLESS=${HEADLESS:-10000} ENDPOINTS=${ENDP
 export CLUSTERS=${CLUSTERS:-3} LIMIT_SECONDS=${LIMIT_SECONDS:-3600}
 
 build_release
+if [ "${HEAP:-0}" = 1 ]; then
+    need heaptrack heaptrack
+    build_heap
+    HEAP_OUT="$WORK/heap-first-$(date +%Y%m%d-%H%M%S)"
+    export PROFILE_FIRST="$BENCH_DIR/heaptracked.sh $HEAP_OUT-{run}" PROFILE_BIN="$HEAP_BIN"
+fi
 log "cargo bench --bench kube_scale --no-run"
 (cd "$ROOT" && cargo bench --bench kube_scale --no-run --quiet) || die "bench build failed"
 log "running: $CLUSTERS clusters x ($SERVICES ClusterSetIP + $HEADLESS headless x $ENDPOINTS endpoints), raw output in $WORK"
 # The bench stops what it starts (and exits) at LIMIT_SECONDS; this is the backstop.
 (cd "$ROOT" && timeout $((LIMIT_SECONDS + 120)) cargo bench --bench kube_scale --quiet) \
     | tee "$WORK/kube_scale.md"
+if [ "${HEAP:-0}" = 1 ]; then
+    sleep 2 # the interpreters finish writing after their member exits
+    for f in "$HEAP_OUT"-*.zst; do log "heap profile of ${f%.zst}"; heap_summary "${f%.zst}" 15; done
+fi

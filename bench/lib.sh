@@ -127,3 +127,27 @@ zone:
     file: "$kdir/clusterset.local.zone"
 EOF
 }
+
+# build_heap: clusterset-dns with the system allocator, which heaptrack sees
+# (mimalloc it does not), into target/heap; sets HEAP_BIN.
+build_heap() {
+    log "cargo build --release --features system-allocator (target/heap)"
+    (cd "$ROOT" && CARGO_TARGET_DIR="$ROOT/target/heap" cargo build --release --quiet \
+        --features system-allocator) || die "build failed"
+    HEAP_BIN="$ROOT/target/heap/release/clusterset-dns"
+}
+
+# heap_summary OUT TOP: from heaptrack's OUT.zst, the report in OUT.txt, and
+# on stdout the peak heap and the TOP biggest consumers at the peak, each by
+# its first frame in this crate.
+heap_summary() {
+    heaptrack_print "$1.zst" -n "$2" -s 3 >"$1.txt" 2>/dev/null
+    grep -E '^(peak heap memory consumption|calls to allocation functions|total runtime)' "$1.txt"
+    echo "biggest consumers at the peak (first frame in this crate):"
+    sed -n '/^PEAK MEMORY CONSUMERS/,/^MOST TEMPORARY/p' "$1.txt" | awk '
+        / consumed over / { if (head != "" && site != "") print "  " head "  " site " " at; head = $1 " " $4 " calls"; site = ""; at = ""; next }
+        /clusterset_dns::/ && site == "" { site = $1; getline nxt; if (nxt ~ / at src/) { sub(/^ +at /, "", nxt); at = nxt } }
+        END { if (site != "") print "  " head "  " site " " at }' \
+        | sed -E 's/::h[0-9a-f]{16}//g; s/_\$LT\$|\$GT\$|\$u20\$|\$u7b\$|\$u7d\$|impl//g' | head -"$2"
+    echo "full report: $1.txt"
+}

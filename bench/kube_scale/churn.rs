@@ -74,13 +74,30 @@ impl Churn {
         }
     }
 
-    /// Puts every moved endpoint back at its preloaded address (so the
-    /// clusterset is the one the probes expect again); how many.
-    pub fn restore(&mut self, apis: &ApiServers) -> usize {
-        for &(ci, h) in &self.moved {
-            Self::write(apis, ci, h, self.lay.pod_ip(ci, h, 0));
+    /// Puts every moved endpoint back at its preloaded address at once (so
+    /// the clusterset is the one the probes expect again), sampling some of
+    /// them in every member but the changed one: the time from the first
+    /// write until each answers its old address again.
+    pub async fn restore(&mut self, apis: &ApiServers, dns: &[SocketAddr]) -> Burst {
+        let moved = std::mem::take(&mut self.moved);
+        let sample_every = (moved.len() as u64 / SAMPLES).max(1);
+        let mut polls = JoinSet::new();
+        let started = Instant::now();
+        for (k, &(ci, h)) in moved.iter().enumerate() {
+            let address = self.lay.pod_ip(ci, h, 0);
+            Self::write(apis, ci, h, address);
+            if k as u64 % sample_every == 0 {
+                sample(&mut polls, dns, ci, h, address, started, 0.0);
+            }
         }
-        std::mem::take(&mut self.moved).len()
+        let written_s = started.elapsed().as_secs_f64();
+        let mut burst = Burst {
+            moved: moved.len(),
+            written_s,
+            seen: collect(polls).await,
+        };
+        burst.seen.latencies_ms.sort_by(f64::total_cmp);
+        burst
     }
 
     /// Change `n`: cluster, headless service, new address. Consecutive
@@ -123,36 +140,67 @@ impl Churn {
             self.next += 1;
             Self::write(apis, ci, h, address);
             self.moved.insert((ci, h));
-            let written = Instant::now();
             if k % sample_every == 0 {
-                let (ns, svc) = Layout::hl(h);
-                let name = format!(
-                    "hl-{h}-0.{}.{svc}.{ns}.svc.clusterset.local.",
-                    Layout::cluster(ci)
-                );
                 let at = started.elapsed().as_secs_f64();
-                for (_, &server) in dns.iter().enumerate().filter(|(m, _)| *m != ci) {
-                    let seen = until_answers(server, name.clone(), address, written);
-                    polls.spawn(async move { (at, seen.await) });
-                }
+                sample(&mut polls, dns, ci, h, address, Instant::now(), at);
             }
         }
-        let mut churned = Churned {
-            changes: total,
-            writing_s: started.elapsed().as_secs_f64(),
-            ..Default::default()
-        };
-        while let Some(seen) = polls.join_next().await {
-            match seen.expect("poll task") {
-                (at, Some(d)) => churned.timeline.push((at, d.as_secs_f64() * 1e3)),
-                (_, None) => churned.lost += 1,
-            }
-        }
+        let writing_s = started.elapsed().as_secs_f64();
+        let mut churned = collect(polls).await;
+        (churned.changes, churned.writing_s) = (total, writing_s);
         churned.timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
         churned.latencies_ms = churned.timeline.iter().map(|(_, ms)| *ms).collect();
         churned.latencies_ms.sort_by(f64::total_cmp);
         churned
     }
+}
+
+/// A burst: every moved endpoint put back at once.
+#[derive(Debug, serde::Serialize)]
+pub struct Burst {
+    /// Endpoints put back.
+    pub moved: usize,
+    /// How long writing them took.
+    pub written_s: f64,
+    /// From the first write until the sampled endpoints were answered.
+    pub seen: Churned,
+}
+
+type Polls = JoinSet<(f64, Option<Duration>)>;
+
+/// Polls, in every member but `ci`, the per-pod name of endpoint 0 of
+/// headless service `h` of cluster `ci` until it answers `address`; `at`:
+/// when in the phase it was written.
+fn sample(
+    polls: &mut Polls,
+    dns: &[SocketAddr],
+    ci: usize,
+    h: usize,
+    address: Ipv4Addr,
+    since: Instant,
+    at: f64,
+) {
+    let (ns, svc) = Layout::hl(h);
+    let name = format!(
+        "hl-{h}-0.{}.{svc}.{ns}.svc.clusterset.local.",
+        Layout::cluster(ci)
+    );
+    for (_, &server) in dns.iter().enumerate().filter(|(m, _)| *m != ci) {
+        let seen = until_answers(server, name.clone(), address, since);
+        polls.spawn(async move { (at, seen.await) });
+    }
+}
+
+/// The latencies of `polls` (not sorted), in the order written.
+async fn collect(mut polls: Polls) -> Churned {
+    let mut churned = Churned::default();
+    while let Some(seen) = polls.join_next().await {
+        match seen.expect("poll task") {
+            (at, Some(d)) => churned.timeline.push((at, d.as_secs_f64() * 1e3)),
+            (_, None) => churned.lost += 1,
+        }
+    }
+    churned
 }
 
 /// Polls `name` in one member until it answers `address`: the time since `written`.

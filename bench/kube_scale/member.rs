@@ -53,9 +53,30 @@ pub struct MemberProcess {
 impl MemberProcess {
     /// Spawns the binary for cluster `id`, logging to `log`.
     pub fn spawn(bin: &str, id: &str, kubeconfigs: &Kubeconfigs, log: &Path) -> Self {
+        Self::spawn_under(&[], bin, id, kubeconfigs, log)
+    }
+
+    /// Spawns the binary for cluster `id` under `wrapper` (a command and
+    /// its arguments, before the binary's; none: the binary itself), which
+    /// must exec it so that the pid stays the member's.
+    pub fn spawn_under(
+        wrapper: &[String],
+        bin: &str,
+        id: &str,
+        kubeconfigs: &Kubeconfigs,
+        log: &Path,
+    ) -> Self {
         let dns = free_port();
         let log = File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-        let child = Command::new(bin)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(bin);
+                command
+            }
+            None => Command::new(bin),
+        };
+        let child = command
             .args(["serve", "--source", "kubernetes", "--cluster-id", id])
             .arg("--kubeconfig")
             .arg(&kubeconfigs.member)

@@ -23,6 +23,11 @@ pub struct Params {
     /// Hard limit of the whole run.
     pub limit: Duration,
     pub work: PathBuf,
+    /// A command the first member runs under (`PROFILE_FIRST`, split at
+    /// spaces, `{run}` replaced by the start's name, the member's own
+    /// command line after it: a heap profiler), and the binary it runs
+    /// (`PROFILE_BIN`; default: the bench's).
+    pub profile_first: Option<(Vec<String>, String)>,
 }
 
 /// `$name` parsed, or `default`; a clear panic on a bad value.
@@ -64,6 +69,13 @@ impl Params {
             quiet: secs("QUIET_SECONDS", 5),
             limit: secs("LIMIT_SECONDS", 3600),
             work: env_or("WORK", PathBuf::from("/tmp/clusterset-bench/kube-scale")),
+            profile_first: std::env::var("PROFILE_FIRST")
+                .ok()
+                .filter(|w| !w.trim().is_empty())
+                .map(|w| {
+                    let bin = env_or("PROFILE_BIN", crate::common::BIN.to_owned());
+                    (w.split_whitespace().map(str::to_owned).collect(), bin)
+                }),
         }
     }
 }

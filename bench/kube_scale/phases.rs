@@ -66,7 +66,15 @@ pub async fn start(
         .enumerate()
         .map(|(ci, k)| {
             let id = Layout::cluster(ci);
-            MemberProcess::spawn(BIN, &id, k, &p.work.join(format!("{id}-{run}.log")))
+            let log = p.work.join(format!("{id}-{run}.log"));
+            match &p.profile_first {
+                Some((wrapper, bin)) if ci == 0 => {
+                    let wrapper: Vec<String> =
+                        wrapper.iter().map(|w| w.replace("{run}", run)).collect();
+                    MemberProcess::spawn_under(&wrapper, bin, &id, k, &log)
+                }
+                _ => MemberProcess::spawn(BIN, &id, k, &log),
+            }
         })
         .collect();
     let followed = members
@@ -127,6 +135,11 @@ async fn follow_start(
     (started, vips)
 }
 
+/// Seconds to the last write, or "none".
+fn last_write(at: Option<Duration>) -> String {
+    at.map_or("none".into(), |d| format!("{:.1}", d.as_secs_f64()))
+}
+
 /// Names whose VIP is not the same in every member.
 fn disagreements(vips: &[BTreeMap<String, IpAddr>]) -> usize {
     let Some(first) = vips.first() else { return 0 };
@@ -171,8 +184,7 @@ impl StartPhase {
             table.row(vec![
                 r.id.clone(),
                 secs(r.serving, p.start_limit),
-                r.last_write
-                    .map_or("none".into(), |d| format!("{:.1}", d.as_secs_f64())),
+                last_write(r.last_write),
                 r.rss_serving_mib.map_or("-".into(), |m| format!("{m:.0}")),
                 format!("{:.0}", r.at_quiet.peak_mib),
                 format!("{:.1}", r.at_quiet.cpu_s),
@@ -291,21 +303,45 @@ pub async fn churn(
         phases.push(phase);
     }
     let restored = Instant::now();
-    let moved = churn.restore(apis);
-    let agree = join_all(members.iter().map(|m| async {
+    let burst = churn.restore(apis, &dns).await;
+    let settled = join_all(members.iter().enumerate().map(|(ci, m)| async move {
+        let (mut correct, mut last_write) = (None, None);
+        let mut writes = apis.traffic(ci).work_writes();
         while restored.elapsed() < p.start_limit {
-            if all_correct(m.dns, probes).await.is_ok() {
-                return Some(restored.elapsed());
+            let now = apis.traffic(ci).work_writes();
+            if now != writes {
+                (writes, last_write) = (now, Some(restored.elapsed()));
+            }
+            if correct.is_none() {
+                if all_correct(m.dns, probes).await.is_ok() {
+                    correct = Some(restored.elapsed());
+                }
+            } else if last_write.is_none_or(|t| restored.elapsed() - t >= p.quiet) {
+                break;
             }
             tokio::time::sleep(TICK).await;
         }
-        None
+        (correct, last_write)
     }))
     .await;
-    let agree: Vec<String> = agree.into_iter().map(|d| secs(d, p.start_limit)).collect();
+    let correct: Vec<String> = settled.iter().map(|s| secs(s.0, p.start_limit)).collect();
+    let last: Vec<String> = settled.iter().map(|s| last_write(s.1)).collect();
+    let seen = &burst.seen;
+    let ms = |q| seen.quantile(q).map_or("-".into(), |v| format!("{v:.0}"));
     println!(
-        "\n{moved} moved endpoints put back at once; every probe correct again after {} s",
-        agree.join(" / ")
+        "\n### Burst: {} moved endpoints put back at once, written in {:.1} s; from the first \
+         write until the other members answer them: {} samples, p50 {} ms, p99 {} ms, max {} \
+         ms, {} not seen in 20 s; every probe correct after {} s; last write of the members \
+         after {} s",
+        burst.moved,
+        burst.written_s,
+        seen.latencies_ms.len(),
+        ms(0.5),
+        ms(0.99),
+        ms(1.0),
+        seen.lost,
+        correct.join(" / "),
+        last.join(" / "),
     );
     phases
 }
