@@ -43,7 +43,7 @@ use crate::sources::kubernetes::readers::{FactSource, FactSources};
 use crate::sources::kubernetes::watch::{Merged, Watches, batches};
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
-use crate::writeback::queue::WorkQueue;
+use crate::writeback::queue::{Lane, WorkQueue};
 use crate::writeback::seen::Follow;
 use crate::writeback::vip_claims::{self, VipClaims};
 use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
@@ -148,9 +148,18 @@ pub async fn follow(
         else {
             break;
         };
-        let mut keys: Vec<ServiceKey> = changes
+        // A change to this cluster's own objects is published first.
+        let me = &ctx.connection.cluster;
+        let mut keys: Vec<(ServiceKey, Lane)> = changes
             .iter()
-            .filter_map(|c| c.service().cloned())
+            .filter_map(|c| match c {
+                Change::Upsert(cluster, key, _) | Change::Delete(cluster, key, _)
+                    if cluster == me =>
+                {
+                    Some((key.clone(), Lane::Publish))
+                }
+                _ => Some((c.service()?.clone(), Lane::Changed)),
+            })
             .collect();
         let judged: Vec<ClusterId> = changes
             .iter()
@@ -169,11 +178,12 @@ pub async fn follow(
                 pipeline.apply(changes);
             }
             for cluster in &judged {
-                keys.extend(pipeline.engine().services_of(cluster));
+                let services = pipeline.engine().services_of(cluster);
+                keys.extend(services.into_iter().map(|key| (key, Lane::Changed)));
             }
         }
-        for key in keys {
-            ctx.queue.add(key);
+        for (key, lane) in keys {
+            ctx.queue.add_in(key, lane);
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), campaign).await;
@@ -380,11 +390,20 @@ impl Controller {
                 while synced.wait_for(|s| *s).await.is_ok()
                     && leading.wait_for(|l| *l).await.is_ok()
                 {
-                    let key = queue.next().await;
-                    let result = writer.sync(&key).await;
+                    let (key, lane) = queue.next().await;
+                    let result = match lane {
+                        Lane::Publish => writer.publish(&key).await,
+                        Lane::Changed | Lane::Resync => writer.sync(&key).await,
+                    };
                     queue.done(&key);
                     match result {
-                        Ok(()) => queue.forget(&key),
+                        Ok(()) => {
+                            queue.forget(&key);
+                            if lane == Lane::Publish {
+                                // The rest of its objects, after what others wait for.
+                                queue.add(key);
+                            }
+                        }
                         Err(WriteError::Waiting(wait)) => queue.add_after(key, wait),
                         Err(error) => {
                             let delay = queue.add_rate_limited(key.clone());

@@ -1,11 +1,13 @@
 //! A work queue of services to write, as controller-runtime keeps one: a key
 //! is queued at most once, never handed to two workers at once, and queued
-//! again if it changes while a worker has it. Keys queued because something
-//! changed go before keys queued by a periodic resync, so that a resync of
-//! every service at clusterset scale does not delay a change. A key whose
-//! write failed comes back after a backoff that grows with its failures in a
-//! row, as in client-go's rate-limited work queue (`add_rate_limited`,
-//! `forget`, `add_after`).
+//! again if it changes while a worker has it. Keys wait in one of three
+//! lanes, served in order ([`Lane`]): this cluster's own objects changed
+//! (what the other clusters read from the broker is stale), something else
+//! changed, a periodic resync. So a resync of every service at clusterset
+//! scale does not delay a change, and in a burst of changes the writes the
+//! other clusters wait for go first. A key whose write failed comes back
+//! after a backoff that grows with its failures in a row, as in client-go's
+//! rate-limited work queue (`add_rate_limited`, `forget`, `add_after`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -16,32 +18,42 @@ use tokio::sync::Notify;
 use crate::model::ServiceKey;
 use crate::model::backoff::Backoff;
 
+/// Why a key is queued, most urgent first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lane {
+    /// This cluster's own objects changed: publish them to the broker first.
+    Publish,
+    /// Something changed.
+    Changed,
+    /// A periodic resync.
+    Resync,
+}
+
+const LANES: [Lane; 3] = [Lane::Publish, Lane::Changed, Lane::Resync];
+
 #[derive(Default)]
 struct State {
-    order: VecDeque<ServiceKey>,
-    later: VecDeque<ServiceKey>,
-    /// Queued keys, and whether something changed for them (else: resync).
-    queued: HashMap<ServiceKey, bool>,
+    /// One queue per [`Lane`], in lane order.
+    lanes: [VecDeque<ServiceKey>; 3],
+    /// Queued keys and the lane each waits in.
+    queued: HashMap<ServiceKey, Lane>,
     running: HashSet<ServiceKey>,
-    again: HashSet<ServiceKey>,
+    /// Keys that changed while running, and the most urgent lane asked.
+    again: HashMap<ServiceKey, Lane>,
     /// Failed writes in a row, per key, for the backoff.
     failures: HashMap<ServiceKey, u32>,
 }
 
 impl State {
-    /// The next key: changed ones first; entries a key left behind when it
-    /// moved ahead or was taken are skipped.
-    fn pop(&mut self) -> Option<ServiceKey> {
-        while let Some(key) = self.order.pop_front() {
-            if self.queued.get(&key) == Some(&true) {
-                self.queued.remove(&key);
-                return Some(key);
-            }
-        }
-        while let Some(key) = self.later.pop_front() {
-            if self.queued.get(&key) == Some(&false) {
-                self.queued.remove(&key);
-                return Some(key);
+    /// The next key and its lane, most urgent lane first; entries a key left
+    /// behind when it moved ahead or was taken are skipped.
+    fn pop(&mut self) -> Option<(ServiceKey, Lane)> {
+        for lane in LANES {
+            while let Some(key) = self.lanes[lane as usize].pop_front() {
+                if self.queued.get(&key) == Some(&lane) {
+                    self.queued.remove(&key);
+                    return Some((key, lane));
+                }
             }
         }
         None
@@ -65,44 +77,44 @@ impl WorkQueue {
         }
     }
 
-    /// Queues `key`, something changed for it, unless it is queued already
-    /// (a key waiting for a resync moves ahead).
+    /// Queues `key`, something changed for it.
     pub fn add(&self, key: ServiceKey) {
-        let mut state = self.lock();
-        if state.running.contains(&key) {
-            state.again.insert(key);
-        } else if state.queued.insert(key.clone(), true) != Some(true) {
-            state.order.push_back(key);
-            drop(state);
-            self.ready.notify_one();
-        }
+        self.add_in(key, Lane::Changed);
     }
 
     /// Queues `key` for a resync, after every changed key.
     pub fn add_later(&self, key: ServiceKey) {
+        self.add_in(key, Lane::Resync);
+    }
+
+    /// Queues `key` in `lane`, unless it waits in a lane as urgent already
+    /// (a key waiting in a later lane moves ahead).
+    pub fn add_in(&self, key: ServiceKey, lane: Lane) {
         let mut state = self.lock();
         if state.running.contains(&key) {
-            state.again.insert(key);
-        } else if !state.queued.contains_key(&key) {
-            state.queued.insert(key.clone(), false);
-            state.later.push_back(key);
+            let again = state.again.entry(key).or_insert(lane);
+            *again = (*again).min(lane);
+        } else if state.queued.get(&key).is_none_or(|queued| lane < *queued) {
+            state.queued.insert(key.clone(), lane);
+            state.lanes[lane as usize].push_back(key);
             drop(state);
             self.ready.notify_one();
         }
     }
 
-    /// Waits for a key no other worker holds; hand it back with [`Self::done`].
-    pub async fn next(&self) -> ServiceKey {
+    /// Waits for a key no other worker holds, with the lane it waited in;
+    /// hand it back with [`Self::done`].
+    pub async fn next(&self) -> (ServiceKey, Lane) {
         loop {
             let notified = self.ready.notified();
             {
                 let mut state = self.lock();
-                if let Some(key) = state.pop() {
+                if let Some((key, lane)) = state.pop() {
                     state.running.insert(key.clone());
                     if !state.queued.is_empty() {
                         self.ready.notify_one();
                     }
-                    return key;
+                    return (key, lane);
                 }
             }
             notified.await;
@@ -113,9 +125,9 @@ impl WorkQueue {
     pub fn done(&self, key: &ServiceKey) {
         let mut state = self.lock();
         state.running.remove(key);
-        if state.again.remove(key) {
+        if let Some(lane) = state.again.remove(key) {
             drop(state);
-            self.add(key.clone());
+            self.add_in(key.clone(), lane);
         }
     }
 
@@ -177,13 +189,13 @@ mod tests {
         queue.add(a.clone());
         assert_eq!(queue.len(), 2);
         let first = queue.next().await;
-        assert_eq!(first, a);
+        assert_eq!(first, (a.clone(), Lane::Changed));
         // `a` changes while a worker has it: it comes back after `done`, not before.
         queue.add(a.clone());
-        assert_eq!(queue.next().await, b);
+        assert_eq!(queue.next().await.0, b);
         assert!(queue.is_empty());
         queue.done(&a);
-        assert_eq!(queue.next().await, a);
+        assert_eq!(queue.next().await.0, a);
     }
 
     #[tokio::test]
@@ -197,9 +209,31 @@ mod tests {
         queue.add(key("r2"));
         queue.add_later(key("c"));
         assert_eq!(queue.len(), 3);
-        assert_eq!(queue.next().await, key("c"));
-        assert_eq!(queue.next().await, key("r2"));
-        assert_eq!(queue.next().await, key("r1"));
+        assert_eq!(queue.next().await, (key("c"), Lane::Changed));
+        assert_eq!(queue.next().await, (key("r2"), Lane::Changed));
+        assert_eq!(queue.next().await, (key("r1"), Lane::Resync));
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn keys_to_publish_go_first_and_keep_their_lane_while_running() {
+        let queue = WorkQueue::new(Backoff::new(Duration::ZERO, Duration::ZERO));
+        let key = |n: &str| ServiceKey::new("ns", n);
+        queue.add(key("c"));
+        queue.add_in(key("p"), Lane::Publish);
+        // A key to publish does not move back when something else changes.
+        queue.add(key("p"));
+        queue.add_in(key("c"), Lane::Publish);
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.next().await, (key("p"), Lane::Publish));
+        // `p` changes twice while it runs: it comes back in the more urgent lane.
+        queue.add(key("p"));
+        queue.add_in(key("p"), Lane::Publish);
+        queue.add(key("o"));
+        queue.done(&key("p"));
+        assert_eq!(queue.next().await, (key("c"), Lane::Publish));
+        assert_eq!(queue.next().await, (key("p"), Lane::Publish));
+        assert_eq!(queue.next().await, (key("o"), Lane::Changed));
         assert!(queue.is_empty());
     }
 
@@ -216,7 +250,11 @@ mod tests {
         queue.forget(&key);
         assert_eq!(queue.add_rate_limited(key.clone()), ms(1), "forgotten");
         let back = tokio::time::timeout(Duration::from_secs(30), queue.next()).await;
-        assert_eq!(back.ok(), Some(key), "queued again after the wait");
+        assert_eq!(
+            back.ok(),
+            Some((key, Lane::Changed)),
+            "queued again after the wait"
+        );
         assert!(queue.is_empty());
     }
 }
