@@ -236,10 +236,12 @@ impl Index {
         self.version.load(Ordering::Acquire)
     }
 
-    /// A cached encoded response to `question` (the wire question section,
-    /// any case) about `name`, if one was stored. `variant` tells versions of
-    /// the same response apart (0: complete; else a size it was cut to).
-    pub fn cached(&self, name: &Name, question: &[u8], variant: u16) -> Option<Arc<[u8]>> {
+    /// A cached encoded response to `question` (the wire question section:
+    /// a name without compression pointers, any case, then type and class),
+    /// if one was stored. `variant` tells versions of the same response
+    /// apart (0: complete; else a size it was cut to). The name is read from
+    /// the wire, not decoded: this is the UDP fast path's one index lookup.
+    pub fn cached(&self, question: &[u8], variant: u16) -> Option<Arc<[u8]>> {
         if !self.is_synced() {
             return None;
         }
@@ -254,7 +256,7 @@ impl Index {
             }
             Some(cached.bytes.clone())
         };
-        match self.service_of(name) {
+        match self.service_of_wire(&question[..question.len() - 4]) {
             Some(entry) => read(&entry.cache),
             None => read(&self.fixed_cache),
         }
@@ -386,7 +388,42 @@ impl Index {
 
     /// The service a name lies under (`…<svc>.<ns>.svc.<zone>`, any case).
     fn service_of(&self, name: &Name) -> Option<Arc<ServiceEntry>> {
-        let mut labels = name.iter().rev();
+        self.service_under(name.iter().rev())
+    }
+
+    /// [`Self::service_of`] a name in wire form (length-prefixed labels up
+    /// to the root's empty one, no compression pointers); None for any other
+    /// bytes.
+    fn service_of_wire(&self, name: &[u8]) -> Option<Arc<ServiceEntry>> {
+        // Where each label starts: a name of 255 bytes has at most 127.
+        let mut starts = [0u8; 128];
+        let (mut count, mut at) = (0, 0);
+        loop {
+            let len = usize::from(*name.get(at)?);
+            if len == 0 {
+                break;
+            }
+            if len & 0xc0 != 0 || count == starts.len() {
+                return None;
+            }
+            starts[count] = u8::try_from(at).ok()?;
+            count += 1;
+            at += 1 + len;
+        }
+        if at + 1 != name.len() {
+            return None;
+        }
+        self.service_under(starts[..count].iter().rev().map(|&start| {
+            let start = usize::from(start);
+            &name[start + 1..start + 1 + usize::from(name[start])]
+        }))
+    }
+
+    /// The service whose labels `labels` (rightmost first) lie under.
+    fn service_under<'a>(
+        &self,
+        mut labels: impl Iterator<Item = &'a [u8]>,
+    ) -> Option<Arc<ServiceEntry>> {
         for zone_label in self.zone.iter().rev() {
             if !labels.next()?.eq_ignore_ascii_case(zone_label) {
                 return None;
@@ -440,6 +477,8 @@ fn cache_key<'b>(question: &[u8], variant: u16, buffer: &'b mut [u8; MAX_KEY]) -
 #[cfg(test)]
 pub(crate) mod tests {
     use std::str::FromStr;
+
+    use hickory_proto::serialize::binary::BinEncodable;
 
     use super::*;
     use crate::engine::aggregate::tests::{export, service, slice};
@@ -618,6 +657,50 @@ pub(crate) mod tests {
         assert_eq!(t("west.web"), None);
     }
 
+    /// The fast path's reading of a wire name finds the service the
+    /// decoded name lies under, in any case, and nothing for bytes that are
+    /// not one whole name.
+    #[test]
+    fn a_wire_name_lies_under_the_service_its_decoded_name_does() {
+        let index = demo_index(false);
+        let names = [
+            "web.shop.svc.clusterset.local.",
+            "WEB.Shop.SVC.ClusterSet.LOCAL.",
+            "db-0.east.db.shop.svc.clusterset.local.",
+            "a.b.c.d.e.f.g.db.shop.svc.clusterset.local.",
+            "shop.svc.clusterset.local.",
+            "clusterset.local.",
+            "web.shop.svc.example.local.",
+            "nope.shop.svc.clusterset.local.",
+            "web.shop.pod.clusterset.local.",
+            ".",
+        ];
+        for text in names {
+            let name = Name::from_str(text).unwrap();
+            let wire = BinEncodable::to_bytes(&name).unwrap();
+            let same = match (index.service_of_wire(&wire), index.service_of(&name)) {
+                (Some(a), Some(b)) => Arc::ptr_eq(&a, &b),
+                (a, b) => a.is_none() && b.is_none(),
+            };
+            assert!(same, "{text}");
+        }
+        assert!(
+            index
+                .service_of(&Name::from_str("web.shop.svc.clusterset.local.").unwrap())
+                .is_some()
+        );
+        let wire = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00";
+        for bad in [&wire[..wire.len() - 1], &wire[1..], b"\x03web\xc0\x0c", b""] {
+            assert!(index.service_of_wire(bad).is_none(), "{bad:?}");
+        }
+        let mut trailing = wire.to_vec();
+        trailing.push(0);
+        assert!(
+            index.service_of_wire(&trailing).is_none(),
+            "a byte after the name"
+        );
+    }
+
     #[test]
     fn cached_responses_follow_their_service_and_the_serial() {
         let index = demo_index(false);
@@ -628,15 +711,15 @@ pub(crate) mod tests {
         index.store(&slot, question, 512, Arc::from(&b"cut"[..]), false);
         let lower = b"\x03web\x04shop\x03svc\x0aclusterset\x05local\x00\x00\x01\x00\x01";
         assert_eq!(
-            index.cached(&web, lower, 0).as_deref(),
+            index.cached(lower, 0).as_deref(),
             Some(&b"full"[..]),
             "any case"
         );
-        assert_eq!(index.cached(&web, lower, 512).as_deref(), Some(&b"cut"[..]));
+        assert_eq!(index.cached(lower, 512).as_deref(), Some(&b"cut"[..]));
         let mut other_type = *lower;
         other_type[question.len() - 3] = 28;
         assert!(
-            index.cached(&web, &other_type, 0).is_none(),
+            index.cached(&other_type, 0).is_none(),
             "type is part of the key"
         );
         // A new import for the service drops its responses; a commit drops the others.
@@ -652,10 +735,10 @@ pub(crate) mod tests {
         let web_key = ServiceKey::new("shop", "web");
         let import = index.entry(b"web", b"shop").unwrap().import.clone();
         index.update(&web_key, Some(import));
-        assert!(index.cached(&web, lower, 0).is_none());
-        assert!(index.cached(&apex, soa_question, 0).is_some());
+        assert!(index.cached(lower, 0).is_none());
+        assert!(index.cached(soa_question, 0).is_some());
         index.commit();
-        assert!(index.cached(&apex, soa_question, 0).is_none());
+        assert!(index.cached(soa_question, 0).is_none());
     }
 
     /// Issue 14, fault 0: a response computed before an update and stored
@@ -669,10 +752,7 @@ pub(crate) mod tests {
         let import = index.entry(b"web", b"shop").unwrap().import.clone();
         index.update(&ServiceKey::new("shop", "web"), Some(import));
         index.store(&slot, question, 0, Arc::from(&b"stale"[..]), false);
-        assert!(
-            index.cached(&web, question, 0).is_none(),
-            "stale response served"
-        );
+        assert!(index.cached(question, 0).is_none(), "stale response served");
         index.store(
             &index.cache_slot(&web),
             question,
@@ -680,10 +760,7 @@ pub(crate) mod tests {
             Arc::from(&b"new"[..]),
             false,
         );
-        assert_eq!(
-            index.cached(&web, question, 0).as_deref(),
-            Some(&b"new"[..])
-        );
+        assert_eq!(index.cached(question, 0).as_deref(), Some(&b"new"[..]));
 
         // Names outside services: a commit in between voids the slot.
         let ns = Name::from_str("shop.svc.clusterset.local.").unwrap();
@@ -692,7 +769,7 @@ pub(crate) mod tests {
         index.commit();
         index.store(&slot, ns_question, 0, Arc::from(&b"stale"[..]), false);
         assert!(
-            index.cached(&ns, ns_question, 0).is_none(),
+            index.cached(ns_question, 0).is_none(),
             "stale response served"
         );
         index.store(
@@ -702,9 +779,6 @@ pub(crate) mod tests {
             Arc::from(&b"new"[..]),
             false,
         );
-        assert_eq!(
-            index.cached(&ns, ns_question, 0).as_deref(),
-            Some(&b"new"[..])
-        );
+        assert_eq!(index.cached(ns_question, 0).as_deref(), Some(&b"new"[..]));
     }
 }

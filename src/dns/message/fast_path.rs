@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use hickory_proto::op::{Edns, Header, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, Record, RecordType};
+use hickory_proto::op::{Edns, Header, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::{Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use hickory_server::net::xfer::Protocol;
 use tracing::warn;
@@ -163,8 +163,8 @@ fn cut_variant(limit: u16, edns: Option<bool>) -> u16 {
 }
 
 /// A plain query: one question, no answer or authority records, at most an
-/// EDNS(0) OPT record. Its name is decoded only if the index must be asked
-/// (see [`Self::name`]): a worker's recent responses need only the bytes.
+/// EDNS(0) OPT record. Its name is never decoded: a worker's recent
+/// responses and the index's cache need only the bytes.
 struct FastQuery {
     rtype: RecordType,
     question_end: usize,
@@ -220,15 +220,6 @@ impl FastQuery {
         })
     }
 
-    /// The question's name as hickory-proto reads it (None: it would not,
-    /// and the slow path answers).
-    fn name(packet: &[u8]) -> Option<Name> {
-        let question = packet.get(question::START..)?;
-        Query::read(&mut BinDecoder::new(question))
-            .ok()
-            .map(|query| query.name)
-    }
-
     /// The OPT record to add to a complete cached response (empty without EDNS).
     fn opt(&self) -> &'static [u8] {
         self.edns
@@ -277,14 +268,13 @@ impl FastQuery {
     /// OPT record still to add; else the one cut to that limit (TC set, OPT
     /// included), if stored.
     fn lookup(&self, index: &Index, packet: &[u8]) -> Option<Response> {
-        let name = Self::name(packet)?;
         let question = &packet[question::START..self.question_end];
-        let (full, layout) = match index.cached(&name, question, 0) {
+        let (full, layout) = match index.cached(question, 0) {
             Some(full) => {
                 let layout = Layout::of(&full);
                 (full, layout)
             }
-            None => (index.cached(&name, question, KEPT_ORDER)?, None),
+            None => (index.cached(question, KEPT_ORDER)?, None),
         };
         if layout.is_some() || full.len() + self.opt().len() <= self.limit {
             return Some(Response {
@@ -295,7 +285,7 @@ impl FastQuery {
         }
         let limit = u16::try_from(self.limit).ok()?;
         Some(Response {
-            bytes: index.cached(&name, question, cut_variant(limit, self.edns))?,
+            bytes: index.cached(question, cut_variant(limit, self.edns))?,
             add_opt: false,
             layout: None,
         })
@@ -341,7 +331,7 @@ mod tests {
     use std::str::FromStr;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    use hickory_proto::op::Message;
+    use hickory_proto::op::{Message, Query};
     use hickory_proto::rr::{LowerName, Name};
 
     use super::*;
@@ -601,7 +591,10 @@ mod tests {
     fn parse_takes_a_plain_query_without_edns_at_the_512_byte_limit() {
         let packet = query(RD, None);
         let query = parse(&packet);
-        assert_eq!(FastQuery::name(&packet).unwrap().to_ascii(), "wEb.ShOp.");
+        assert_eq!(
+            &packet[question::START..QUESTION_END - 4],
+            b"\x03wEb\x04ShOp\x00"
+        );
         assert_eq!(query.rtype, RecordType::A);
         assert_eq!(query.question_end, QUESTION_END);
         assert_eq!(query.limit, 512, "RFC 1035 §4.2.1: 512 bytes without EDNS");
