@@ -91,13 +91,11 @@ impl Churn {
             }
         }
         let written_s = started.elapsed().as_secs_f64();
-        let mut burst = Burst {
+        Burst {
             moved: moved.len(),
             written_s,
             seen: collect(polls).await,
-        };
-        burst.seen.latencies_ms.sort_by(f64::total_cmp);
-        burst
+        }
     }
 
     /// Change `n`: cluster, headless service, new address. Consecutive
@@ -148,9 +146,6 @@ impl Churn {
         let writing_s = started.elapsed().as_secs_f64();
         let mut churned = collect(polls).await;
         (churned.changes, churned.writing_s) = (total, writing_s);
-        churned.timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
-        churned.latencies_ms = churned.timeline.iter().map(|(_, ms)| *ms).collect();
-        churned.latencies_ms.sort_by(f64::total_cmp);
         churned
     }
 }
@@ -191,7 +186,7 @@ fn sample(
     }
 }
 
-/// The latencies of `polls` (not sorted), in the order written.
+/// The latencies of `polls`: sorted, and in the order written.
 async fn collect(mut polls: Polls) -> Churned {
     let mut churned = Churned::default();
     while let Some(seen) = polls.join_next().await {
@@ -200,6 +195,9 @@ async fn collect(mut polls: Polls) -> Churned {
             (_, None) => churned.lost += 1,
         }
     }
+    churned.timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
+    churned.latencies_ms = churned.timeline.iter().map(|(_, ms)| *ms).collect();
+    churned.latencies_ms.sort_by(f64::total_cmp);
     churned
 }
 

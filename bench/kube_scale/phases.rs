@@ -302,27 +302,31 @@ pub async fn churn(
         print_churn(&phase, elapsed);
         phases.push(phase);
     }
+    let before: Vec<u64> = (0..members.len())
+        .map(|ci| apis.traffic(ci).work_writes())
+        .collect();
     let restored = Instant::now();
     let burst = churn.restore(apis, &dns).await;
-    let settled = join_all(members.iter().enumerate().map(|(ci, m)| async move {
-        let (mut correct, mut last_write) = (None, None);
-        let mut writes = apis.traffic(ci).work_writes();
-        while restored.elapsed() < p.start_limit {
-            let now = apis.traffic(ci).work_writes();
-            if now != writes {
-                (writes, last_write) = (now, Some(restored.elapsed()));
-            }
-            if correct.is_none() {
-                if all_correct(m.dns, probes).await.is_ok() {
-                    correct = Some(restored.elapsed());
+    let settled = join_all(members.iter().zip(before).enumerate().map(
+        |(ci, (m, mut writes))| async move {
+            let (mut correct, mut last_write) = (None, None);
+            while restored.elapsed() < p.start_limit {
+                let now = apis.traffic(ci).work_writes();
+                if now != writes {
+                    (writes, last_write) = (now, Some(restored.elapsed()));
                 }
-            } else if last_write.is_none_or(|t| restored.elapsed() - t >= p.quiet) {
-                break;
+                if correct.is_none() {
+                    if all_correct(m.dns, probes).await.is_ok() {
+                        correct = Some(restored.elapsed());
+                    }
+                } else if last_write.is_none_or(|t| restored.elapsed() - t >= p.quiet) {
+                    break;
+                }
+                tokio::time::sleep(TICK).await;
             }
-            tokio::time::sleep(TICK).await;
-        }
-        (correct, last_write)
-    }))
+            (correct, last_write)
+        },
+    ))
     .await;
     let correct: Vec<String> = settled.iter().map(|s| secs(s.0, p.start_limit)).collect();
     let last: Vec<String> = settled.iter().map(|s| last_write(s.1)).collect();
