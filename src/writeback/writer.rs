@@ -237,23 +237,28 @@ impl Writer {
     }
 
     /// Brings what the other clusters read of `key` on the broker (this
-    /// cluster's export record and slices) in line with the engine: the
-    /// first part of [`Self::sync`], done ahead of it in a burst of changes
-    /// (`queue::Lane::Publish`).
+    /// cluster's export record and slices, the VIPs) in line with the
+    /// engine: the first part of [`Self::sync`], done ahead of it in a
+    /// burst of changes (`queue::Lane::Publish`).
     pub async fn publish(&self, key: &ServiceKey) -> Result<(), WriteError> {
-        self.publish_from(key, &self.snapshot(key)).await
+        self.publish_from(key, &self.snapshot(key)).await.map(drop)
     }
 
-    async fn publish_from(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
+    /// [`Self::publish`]; true if it claimed VIPs the engine does not know yet.
+    async fn publish_from(
+        &self,
+        key: &ServiceKey,
+        snapshot: &Snapshot,
+    ) -> Result<bool, WriteError> {
         self.broker_export(key, snapshot).await?;
-        self.broker_slices(key, snapshot).await
+        self.broker_slices(key, snapshot).await?;
+        self.vips(key, snapshot).await
     }
 
     /// Brings everything this cluster writes for `key` in line with the engine.
     pub async fn sync(&self, key: &ServiceKey) -> Result<(), WriteError> {
         let snapshot = self.snapshot(key);
-        self.publish_from(key, &snapshot).await?;
-        if self.vips(key, &snapshot).await? {
+        if self.publish_from(key, &snapshot).await? {
             // The engine learns the VIPs from the record's watch event, which
             // queues the service again; writing the import now would drop them.
             return Ok(());
