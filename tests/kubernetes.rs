@@ -757,7 +757,8 @@ async fn readiness_follows_the_broker() {
 
 /// A claim no VIP record keeps (its writer stopped between claiming and
 /// writing the record) is released by the next leader once it is older than
-/// a minute; a recent one is left to its writer.
+/// a minute; a recent one is left to its writer. More orphans than one page
+/// of the sweep's list (500) are all found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_vip_claims_are_swept() {
     let mut set = KubeClusterset::three(&[]).await;
@@ -781,6 +782,9 @@ async fn orphaned_vip_claims_are_swept() {
     };
     claim("243.9.9.9", Some(OLD));
     claim("243.9.9.8", None);
+    for i in 0..600 {
+        claim(&format!("243.8.{}.{}", i / 256, i % 256), Some(OLD));
+    }
     let leader = east_leader(&set).await;
     set.stop_replica(0, leader).await;
     let ghost = |ip: &str| (ip.to_owned(), "shop/ghost".to_owned());

@@ -36,6 +36,8 @@ const LABEL_CLAIM: &str = "clusterset-dns.io/vip-claim";
 pub const CLAIM_SELECTOR: &str = "clusterset-dns.io/vip-claim=true";
 /// Attempts before giving up for now (the caller retries later).
 const ATTEMPTS: u32 = 8;
+/// Claims read per request of a sweep (the page size kube-rs watchers list with).
+const SWEEP_PAGE: u32 = 500;
 
 /// Why VIPs could not be settled.
 #[derive(Debug, thiserror::Error)]
@@ -269,33 +271,41 @@ impl VipClaims {
         records: &SeenStore<ServiceImport, Vec<IpAddr>>,
         grace: Duration,
     ) -> Result<usize, kube::Error> {
-        let claims = self
-            .claims
-            .list(&ListParams::default().labels(CLAIM_SELECTOR))
-            .await?;
         let now = jiff::Timestamp::now();
+        let grace = jiff::SignedDuration::try_from(grace).unwrap_or_default();
         let mut swept = 0;
-        for claim in claims {
-            let old_enough = claim.metadata.creation_timestamp.as_ref().is_some_and(|t| {
-                now.duration_since(t.0) >= jiff::SignedDuration::try_from(grace).unwrap_or_default()
-            });
-            let data = claim.data.as_ref();
-            let held = |field: &str| data.and_then(|d| d.get(field));
-            let (Some(service), Some(Ok(ip))) = (
-                held("service").and_then(|s| s.split_once('/')),
-                held("address").map(|a| a.parse::<IpAddr>()),
-            ) else {
-                continue;
-            };
-            let key = ServiceKey::new(service.0, service.1);
-            let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-            let kept = records
-                .get(namespace, &records::vip_record_name(&key))
-                .is_some_and(|r| r.extract.contains(&ip));
-            if old_enough && !kept {
-                self.unclaim(&key, ip).await?;
-                debug!(service = %key, %ip, "swept a claim no VIP record keeps");
-                swept += 1;
+        // Page by page: at clusterset size the whole list of claims is
+        // hundreds of megabytes once read, the largest allocation of a member.
+        let mut params = ListParams::default()
+            .labels(CLAIM_SELECTOR)
+            .limit(SWEEP_PAGE);
+        loop {
+            let page = self.claims.list(&params).await?;
+            for claim in &page.items {
+                let old_enough = claim.metadata.creation_timestamp.as_ref();
+                let old_enough = old_enough.is_some_and(|t| now.duration_since(t.0) >= grace);
+                let data = claim.data.as_ref();
+                let held = |field: &str| data.and_then(|d| d.get(field));
+                let (Some(service), Some(Ok(ip))) = (
+                    held("service").and_then(|s| s.split_once('/')),
+                    held("address").map(|a| a.parse::<IpAddr>()),
+                ) else {
+                    continue;
+                };
+                let key = ServiceKey::new(service.0, service.1);
+                let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+                let kept = records
+                    .get(namespace, &records::vip_record_name(&key))
+                    .is_some_and(|r| r.extract.contains(&ip));
+                if old_enough && !kept {
+                    self.unclaim(&key, ip).await?;
+                    debug!(service = %key, %ip, "swept a claim no VIP record keeps");
+                    swept += 1;
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
             }
         }
         Ok(swept)
