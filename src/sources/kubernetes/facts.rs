@@ -49,7 +49,7 @@ impl<K: Resource> Facts<K> {
                 if let Some(new) = self.read(&object) {
                     let old = self.known.remove(&id).unwrap_or_default();
                     diff(&old, &new, &mut delta.changes);
-                    self.known.insert(id, new);
+                    keep(&mut self.known, id, new);
                 }
             }
             Event::Delete(object) => {
@@ -64,7 +64,7 @@ impl<K: Resource> Facts<K> {
                     .read(&object)
                     .or_else(|| self.known.get(&id).cloned())
                     .unwrap_or_default();
-                self.relist.get_or_insert_default().insert(id, facts);
+                keep(self.relist.get_or_insert_default(), id, facts);
             }
             Event::InitDone => {
                 let fresh = self.relist.take().unwrap_or_default();
@@ -88,6 +88,16 @@ impl<K: Resource> Facts<K> {
         (self.read)(object)
             .inspect_err(|error| warn!(%error, "ignoring an object that cannot be read"))
             .ok()
+    }
+}
+
+/// Keeps the facts of object `id`, unless it has none: a watch sees many
+/// objects that mean nothing to the engine (this cluster's own records on the
+/// broker, the slices it imported), and an id with nothing to retract need
+/// not be remembered.
+fn keep(known: &mut HashMap<String, Vec<Change>>, id: String, facts: Vec<Change>) {
+    if !facts.is_empty() {
+        known.insert(id, facts);
     }
 }
 
@@ -193,6 +203,40 @@ mod tests {
         facts.on_event(Event::InitApply(object("c", "10.0.0.3")));
         let d = facts.on_event(Event::InitDone);
         assert_eq!(d.changes, vec![vips("a", &[]), vips("c", &["10.0.0.3"])]);
+    }
+
+    /// Objects that mean nothing to the engine (this cluster's own records
+    /// on the broker) are not remembered, through events and relists.
+    #[test]
+    fn objects_without_facts_are_not_kept() {
+        let mut facts: Facts<ConfigMap> = Facts::new(Box::new(|cm: &ConfigMap| {
+            let ip = &cm.data.as_ref().unwrap()["ip"];
+            let mine = cm.metadata.name.as_deref() == Some("mine");
+            let key = ServiceKey::new("ns", cm.metadata.name.as_deref().unwrap());
+            Ok((!mine)
+                .then(|| Change::Vips(key, vec![ip.parse().unwrap()]))
+                .into_iter()
+                .collect())
+        }));
+        assert!(
+            facts
+                .on_event(Event::Apply(object("mine", "10.0.0.1")))
+                .changes
+                .is_empty()
+        );
+        facts.on_event(Event::Apply(object("a", "10.0.0.2")));
+        assert_eq!(facts.known.len(), 1);
+        facts.on_event(Event::Init);
+        facts.on_event(Event::InitApply(object("mine", "10.0.0.1")));
+        facts.on_event(Event::InitApply(object("a", "10.0.0.2")));
+        assert!(facts.on_event(Event::InitDone).changes.is_empty());
+        assert_eq!(facts.known.keys().collect::<Vec<_>>(), ["ns/a"]);
+        assert!(
+            facts
+                .on_event(Event::Delete(object("mine", "10.0.0.1")))
+                .changes
+                .is_empty()
+        );
     }
 
     #[test]
