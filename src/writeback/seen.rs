@@ -147,7 +147,9 @@ pub struct Keep<K, X> {
 
 struct State<X> {
     objects: HashMap<String, Arc<Seen<X>>>,
-    by_service: HashMap<ServiceKey, BTreeSet<String>>,
+    /// The names of each service's kept objects, sorted: mostly one or two,
+    /// where a `BTreeSet` would take a node of eleven per service.
+    by_service: HashMap<ServiceKey, Vec<Box<str>>>,
 }
 
 impl<X> Default for State<X> {
@@ -163,10 +165,10 @@ impl<X> State<X> {
     fn insert(&mut self, id: String, service: Option<ServiceKey>, name: &str, seen: Seen<X>) {
         self.remove(&id, service.as_ref(), name);
         if let Some(service) = service {
-            self.by_service
-                .entry(service)
-                .or_default()
-                .insert(name.to_owned());
+            let names = self.by_service.entry(service).or_default();
+            if let Err(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+                names.insert(at, name.into());
+            }
         }
         self.objects.insert(id, Arc::new(seen));
     }
@@ -176,11 +178,19 @@ impl<X> State<X> {
         if let Some(service) = service
             && let Some(names) = self.by_service.get_mut(service)
         {
-            names.remove(name);
+            if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+                names.remove(at);
+            }
             if names.is_empty() {
                 self.by_service.remove(service);
             }
         }
+    }
+
+    fn has(&self, service: &ServiceKey, name: &str) -> bool {
+        self.by_service
+            .get(service)
+            .is_some_and(|names| names.binary_search_by(|n| (**n).cmp(name)).is_ok())
     }
 }
 
@@ -229,7 +239,8 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
     /// The names of the kept objects of `service`.
     pub fn names(&self, service: &ServiceKey) -> BTreeSet<String> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.by_service.get(service).cloned().unwrap_or_default()
+        let names = state.by_service.get(service).into_iter().flatten();
+        names.map(|n| n.to_string()).collect()
     }
 
     /// Every service with a kept object.
@@ -305,10 +316,7 @@ where
                 let gone = state
                     .by_service
                     .iter()
-                    .filter(|(service, names)| {
-                        let now = fresh.by_service.get(*service);
-                        names.iter().any(|n| now.is_none_or(|now| !now.contains(n)))
-                    })
+                    .filter(|(service, names)| names.iter().any(|n| !fresh.has(service, n)))
                     .map(|(service, _)| service.clone())
                     .collect();
                 *state = fresh;
