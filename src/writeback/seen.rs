@@ -166,7 +166,7 @@ impl<X> State<X> {
         self.remove(&id, service.as_ref(), name);
         if let Some(service) = service {
             let names = self.by_service.entry(service).or_default();
-            if let Err(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+            if let Err(at) = position(names, name) {
                 names.insert(at, name.into());
             }
         }
@@ -178,7 +178,7 @@ impl<X> State<X> {
         if let Some(service) = service
             && let Some(names) = self.by_service.get_mut(service)
         {
-            if let Ok(at) = names.binary_search_by(|n| (**n).cmp(name)) {
+            if let Ok(at) = position(names, name) {
                 names.remove(at);
             }
             if names.is_empty() {
@@ -190,8 +190,13 @@ impl<X> State<X> {
     fn has(&self, service: &ServiceKey, name: &str) -> bool {
         self.by_service
             .get(service)
-            .is_some_and(|names| names.binary_search_by(|n| (**n).cmp(name)).is_ok())
+            .is_some_and(|names| position(names, name).is_ok())
     }
+}
+
+/// Where `name` is in the sorted `names`, or would be inserted.
+fn position(names: &[Box<str>], name: &str) -> Result<usize, usize> {
+    names.binary_search_by(|n| (**n).cmp(name))
 }
 
 /// The kept objects of one watch, by namespace and name and by service.
