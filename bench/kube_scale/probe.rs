@@ -42,9 +42,13 @@ fn fqdn(labels: &str) -> String {
     format!("{labels}.svc.clusterset.local.")
 }
 
-/// `per_kind` names of each kind, spread evenly over the services.
+/// `per_kind` names of each kind, spread evenly over the services and over
+/// the namespaces: the k-th is k services past the k-th even step, since the
+/// even steps alone can all fall in one namespace (at 100k services every
+/// 5000th is in `ns0`), and a member that happened to write one namespace
+/// first would then look served long before the others were.
 pub fn sample(lay: &Layout, per_kind: usize) -> Vec<Probe> {
-    let spread = |n: usize| (0..per_kind.min(n)).map(move |k| k * n / per_kind.min(n));
+    let spread = |n: usize| (0..per_kind.min(n)).map(move |k| (k * n / per_kind.min(n) + k) % n);
     let mut probes = Vec::new();
     for i in spread(lay.services) {
         let (ns, name) = Layout::csip(i);
