@@ -33,6 +33,7 @@ use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::model::{
     ClusterId, ExportAge, ExportInfo, Exported, ImportType, IpFamily, SESSION_AFFINITIES,
     ServiceInfo, ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
+    shared_name,
 };
 
 /// Value of the `managed-by` labels on everything this controller writes.
@@ -114,7 +115,7 @@ pub fn labelled_service(meta: &ObjectMeta) -> Option<(ServiceKey, Option<Cluster
     );
     Some((
         key,
-        labels.get(LABEL_SOURCE_CLUSTER).map(|c| c.as_str().into()),
+        labels.get(LABEL_SOURCE_CLUSTER).map(|c| shared_name(c)),
     ))
 }
 
