@@ -38,7 +38,7 @@ use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{ClusterStatus, ServiceImportStatus};
 use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER, Role, source_cluster};
-use crate::model::conditions::Condition;
+use crate::model::conditions::{CONFLICT, Condition, READY, VALID};
 use crate::model::import::{Aggregate, Import};
 use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind};
 use crate::ops::metrics::Metrics;
@@ -63,7 +63,7 @@ pub struct Caches {
     pub local_slices: Arc<SeenStore<EndpointSlice, ()>>,
     /// The local cluster's ServiceExports, with their conditions' types,
     /// statuses and transition times (reasons and messages are in the digest).
-    pub local_exports: Arc<SeenStore<ServiceExport, Vec<K8sCondition>>>,
+    pub local_exports: Arc<SeenStore<ServiceExport, Vec<Transition>>>,
     /// The local cluster's namespaces.
     pub namespaces: Store<Namespace>,
     /// The VIP claims on the broker, by the service holding each.
@@ -120,7 +120,7 @@ impl Caches {
             local_exports: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(|export: &ServiceExport| {
                     let conditions = export.status.iter().flat_map(|s| &s.conditions);
-                    Some(conditions.map(transition).collect())
+                    Some(conditions.filter_map(Transition::of).collect())
                 }),
                 service: |export| named(&export.metadata),
             })),
@@ -146,16 +146,26 @@ fn named(meta: &ObjectMeta) -> Option<ServiceKey> {
     ))
 }
 
-/// A condition's type, status and transition time, without the strings
-/// that only its digest needs.
-fn transition(condition: &K8sCondition) -> K8sCondition {
-    K8sCondition {
-        type_: condition.type_.clone(),
-        status: condition.status.clone(),
-        last_transition_time: condition.last_transition_time.clone(),
-        reason: String::new(),
-        message: String::new(),
-        observed_generation: None,
+/// What a new ServiceExport status needs of a condition written before: its
+/// type, status and transition time (its reason and message count only in
+/// the digest). Kept for every export of the cluster, so it holds no strings.
+#[derive(Debug)]
+pub struct Transition {
+    type_: &'static str,
+    status: &'static str,
+    at: Time,
+}
+
+impl Transition {
+    /// The transition of `condition`; `None` for a type or status this
+    /// controller never writes, which no new condition can keep.
+    fn of(condition: &K8sCondition) -> Option<Self> {
+        let known = |s: &str, all: &[&'static str]| all.iter().copied().find(|a| *a == s);
+        Some(Self {
+            type_: known(&condition.type_, &[VALID, READY, CONFLICT])?,
+            status: known(&condition.status, &["True", "False"])?,
+            at: condition.last_transition_time.clone(),
+        })
     }
 }
 
@@ -519,7 +529,10 @@ impl Writer {
                     cluster: c.cluster.to_string(),
                 })
                 .collect(),
-            conditions: conditions(std::slice::from_ref(&*import.ready), &old.conditions),
+            conditions: conditions(
+                std::slice::from_ref(&*import.ready),
+                &old.conditions.iter().filter_map(Transition::of).collect::<Vec<_>>(),
+            ),
             endpoint_slice_objects: Some(slices::ENDPOINT_SLICE_OBJECTS),
         };
         let mut compared = status.clone();
@@ -766,7 +779,7 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
 }
 
 /// Kubernetes conditions for `new`, keeping the transition time of those whose status did not change.
-fn conditions(new: &[Condition], old: &[K8sCondition]) -> Vec<K8sCondition> {
+fn conditions(new: &[Condition], old: &[Transition]) -> Vec<K8sCondition> {
     let now = Time(Timestamp::now());
     new.iter()
         .map(|c| {
@@ -777,8 +790,7 @@ fn conditions(new: &[Condition], old: &[K8sCondition]) -> Vec<K8sCondition> {
                 status: c.status_str().to_owned(),
                 reason: c.reason.to_string(),
                 message: c.message.to_string(),
-                last_transition_time: unchanged
-                    .map_or(now.clone(), |o| o.last_transition_time.clone()),
+                last_transition_time: unchanged.map_or(now.clone(), |o| o.at.clone()),
                 observed_generation: None,
             }
         })
