@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use crate::model::conditions::ConflictReason;
 use crate::model::import::{Aggregate, Import, ImportCluster};
-use crate::model::{Change, ClusterId, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey};
+use crate::model::{
+    Change, ClusterId, Hasher, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey,
+};
 pub use aggregate::{ClusterInputs, PerCluster, Policy};
 use vip::{VipAllocator, VipPools};
 
-/// Hasher of the per-service maps (keys come from the clusters' own objects).
-type Hasher = foldhash::fast::RandomState;
 
 /// Who decides which VIP an import gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

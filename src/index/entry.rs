@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::model::Hasher;
 use crate::model::import::Import;
 
 /// A fast, randomly seeded hasher for the maps on the query path.
-pub(super) type Hasher = foldhash::fast::RandomState;
 /// Encoded responses by question (name lower-cased, type and class as asked).
 pub(super) type ResponseCache = RwLock<HashMap<Box<[u8]>, Cached, Hasher>>;
 

@@ -22,14 +22,14 @@ use tokio::sync::watch;
 use tracing::warn;
 
 pub use entry::{CacheSlot, ServiceEntry};
-use entry::{Cached, Hasher, ResponseCache};
+use entry::{Cached, ResponseCache};
 pub use names::{Lookup, Owner, ReverseOwner, ServiceName, dashed};
 pub use records::address_type;
 use records::{ns_name, records_name, soa_record};
 pub use reverse::ReverseZone;
 
 use crate::model::import::Import;
-use crate::model::{IpFamily, ServiceKey};
+use crate::model::{Hasher, IpFamily, ServiceKey};
 
 /// Version of the MCS DNS schema served at `dns-version.<zone>`.
 pub const DNS_SCHEMA_VERSION: &str = "1.0.0";

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::model::ServiceKey;
+use crate::model::{Hasher, ServiceKey};
 use crate::model::backoff::Backoff;
 
 /// Why a key is queued, most urgent first.
@@ -36,12 +36,12 @@ struct State {
     /// One queue per [`Lane`], in lane order.
     lanes: [VecDeque<ServiceKey>; 3],
     /// Queued keys and the lane each waits in.
-    queued: HashMap<ServiceKey, Lane>,
-    running: HashSet<ServiceKey>,
+    queued: HashMap<ServiceKey, Lane, Hasher>,
+    running: HashSet<ServiceKey, Hasher>,
     /// Keys that changed while running, and the most urgent lane asked.
-    again: HashMap<ServiceKey, Lane>,
+    again: HashMap<ServiceKey, Lane, Hasher>,
     /// Failed writes in a row, per key, for the backoff.
-    failures: HashMap<ServiceKey, u32>,
+    failures: HashMap<ServiceKey, u32, Hasher>,
 }
 
 impl State {

@@ -9,16 +9,19 @@ use kube::Resource;
 use kube::runtime::watcher::Event;
 use tracing::warn;
 
-use crate::model::Change;
+use crate::model::{Change, Hasher};
 
 /// Reads the facts of one object; an error names the object and says why.
 pub type Reader<K> = Box<dyn Fn(&K) -> Result<Vec<Change>, String> + Send + Sync>;
 
+/// The facts of each object, by `namespace/name`.
+type Known = HashMap<String, Vec<Change>, Hasher>;
+
 /// The facts known for each object of one watch.
 pub struct Facts<K> {
     read: Reader<K>,
-    known: HashMap<String, Vec<Change>>,
-    relist: Option<HashMap<String, Vec<Change>>>,
+    known: Known,
+    relist: Option<Known>,
 }
 
 /// What one watcher event meant.
@@ -35,7 +38,7 @@ impl<K: Resource> Facts<K> {
     pub fn new(read: Reader<K>) -> Self {
         Self {
             read,
-            known: HashMap::new(),
+            known: Known::default(),
             relist: None,
         }
     }
@@ -56,7 +59,7 @@ impl<K: Resource> Facts<K> {
                 let old = self.known.remove(&id(&object)).unwrap_or_default();
                 diff(&old, &[], &mut delta.changes);
             }
-            Event::Init => self.relist = Some(HashMap::new()),
+            Event::Init => self.relist = Some(Known::default()),
             Event::InitApply(object) => {
                 let id = id(&object);
                 // A broken object keeps the facts it had before the relist.
@@ -95,7 +98,7 @@ impl<K: Resource> Facts<K> {
 /// objects that mean nothing to the engine (this cluster's own records on the
 /// broker, the slices it imported), and an id with nothing to retract need
 /// not be remembered.
-fn keep(known: &mut HashMap<String, Vec<Change>>, id: String, facts: Vec<Change>) {
+fn keep(known: &mut Known, id: String, facts: Vec<Change>) {
     if !facts.is_empty() {
         known.insert(id, facts);
     }
