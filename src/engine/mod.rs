@@ -18,7 +18,6 @@ use crate::model::{
 pub use aggregate::{ClusterInputs, PerCluster, Policy};
 use vip::{VipAllocator, VipPools};
 
-
 /// Who decides which VIP an import gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum VipSource {

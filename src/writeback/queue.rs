@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::model::{Hasher, ServiceKey};
 use crate::model::backoff::Backoff;
+use crate::model::{Hasher, ServiceKey};
 
 /// Why a key is queued, most urgent first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -531,7 +531,10 @@ impl Writer {
                 .collect(),
             conditions: conditions(
                 std::slice::from_ref(&*import.ready),
-                &old.conditions.iter().filter_map(Transition::of).collect::<Vec<_>>(),
+                &old.conditions
+                    .iter()
+                    .filter_map(Transition::of)
+                    .collect::<Vec<_>>(),
             ),
             endpoint_slice_objects: Some(slices::ENDPOINT_SLICE_OBJECTS),
         };
