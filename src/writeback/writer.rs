@@ -799,3 +799,57 @@ fn conditions(new: &[Condition], old: &[Transition]) -> Vec<K8sCondition> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(type_: &str, status: &str, at: &str) -> K8sCondition {
+        K8sCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Before".into(),
+            message: "written before".into(),
+            last_transition_time: Time(at.parse().unwrap()),
+            observed_generation: None,
+        }
+    }
+
+    /// `lastTransitionTime` is when the condition last changed status
+    /// (Kubernetes API conventions, "Typical status properties"; the
+    /// ServiceExport conditions of KEP-1645 are `metav1.Condition`s): a
+    /// status kept keeps its time even when the reason changes; a status
+    /// that changed gets the time of the write.
+    #[test]
+    fn a_kept_status_keeps_its_transition_time() {
+        let before = "2026-01-10T09:00:00Z";
+        let kept: Vec<Transition> = [
+            written(VALID, "True", before),
+            written(READY, "True", before),
+            written("Unheard", "True", before),
+            written(CONFLICT, "Unknown", before),
+        ]
+        .iter()
+        .filter_map(Transition::of)
+        .collect();
+        assert_eq!(
+            kept.len(),
+            2,
+            "other types and statuses are not kept: {kept:?}"
+        );
+        let new = [
+            Condition::new(VALID, true, "Valid", "still valid"),
+            Condition::new(READY, false, "Pending", "now pending"),
+            Condition::new(CONFLICT, false, "NoConflicts", "none"),
+        ];
+        let out = conditions(&new, &kept);
+        let at = |t: &str| {
+            let c = out.iter().find(|c| c.type_ == t).unwrap();
+            c.last_transition_time.0.to_string()
+        };
+        assert_eq!(at(VALID), before);
+        assert_ne!(at(READY), before, "Ready changed status");
+        assert_ne!(at(CONFLICT), before, "an Unknown status is no kept False");
+        assert_eq!(out[0].reason, "Valid");
+    }
+}
