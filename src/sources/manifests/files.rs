@@ -23,9 +23,6 @@ use super::documents::{Pieces, Reusable};
 use super::problem::Problem;
 use crate::model::{ClusterId, Hasher, Object, ServiceKey};
 
-/// The hasher of the big maps (the standard one is DoS-resistant and slower;
-/// these keys come from the operator's own files).
-
 /// The kinds the manifest source turns into facts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Kind {
