@@ -8,7 +8,6 @@ use std::sync::{Arc, RwLock};
 use crate::model::Hasher;
 use crate::model::import::Import;
 
-/// A fast, randomly seeded hasher for the maps on the query path.
 /// Encoded responses by question (name lower-cased, type and class as asked).
 pub(super) type ResponseCache = RwLock<HashMap<Box<[u8]>, Cached, Hasher>>;
 
