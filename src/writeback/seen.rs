@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher as _};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -68,8 +68,10 @@ impl Owned for EndpointSlice {
     }
 }
 
-/// A stable hash of a value's JSON form (foldhash with a fixed seed: at a
-/// relist every object is digested; SipHash was 6% of a restart's CPU).
+/// A hash of a value's JSON form, stable within the process (foldhash: at a
+/// relist every object is digested, and SipHash was 6% of a restart's CPU).
+/// Seeded at random once per process, like the maps, so that nobody who can
+/// edit a written object can aim an edit at the digest the writer expects.
 fn digest(value: &impl Serialize) -> u64 {
     struct Feed(foldhash::fast::FoldHasher<'static>);
     impl std::io::Write for Feed {
@@ -81,7 +83,7 @@ fn digest(value: &impl Serialize) -> u64 {
             Ok(())
         }
     }
-    static SEED: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x5ee1);
+    static SEED: LazyLock<Hasher> = LazyLock::new(Hasher::default);
     let mut feed = Feed(SEED.build_hasher());
     serde_json::to_writer(&mut feed, value).expect("Kubernetes objects serialize");
     feed.0.finish()
