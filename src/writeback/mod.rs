@@ -10,5 +10,6 @@ pub mod observed;
 pub mod queue;
 pub mod seen;
 pub mod slices;
+pub mod version;
 pub mod vip_claims;
 pub mod writer;

@@ -1,138 +1,28 @@
 //! What the writer knows of the objects it compares against: not the objects
 //! (at clusterset size whole copies of every written ServiceImport and
 //! EndpointSlice would cost more than the engine and the DNS index together,
-//! see `ARCHITECTURE.md`, "Choices that need a reason"), but their identity,
-//! version, a digest of the parts this controller owns, and a small extract
-//! per kind. Fed by a watch, a relist replacing everything at once.
+//! see `ARCHITECTURE.md`, "Choices that need a reason"), but their
+//! [`Version`], the service each belongs to and a small extract per kind.
+//! Fed by a watch, a relist replacing everything at once.
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hasher as _};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 use kube::Resource;
-use kube::api::DeleteParams;
 use kube::runtime::watcher::Event;
-use serde::Serialize;
 
-use super::api::delete_if_at;
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
-use crate::k8s::records::{LABEL_MANAGED_BY, LABEL_SLICE_MANAGED_BY, MANAGER};
+pub use super::version::{Owned, Version, conditions_digest};
 use crate::model::{Hasher, ServiceKey};
 
-/// A digest of the parts of an object this controller writes and compares.
-pub trait Owned {
-    /// Equal for objects whose owned parts are equal.
-    fn owned_digest(&self) -> u64;
-}
-
-impl Owned for ServiceImport {
-    fn owned_digest(&self) -> u64 {
-        let meta = &self.metadata;
-        digest(&(&self.spec, &meta.labels, &meta.annotations))
-    }
-}
-
-impl Owned for ConfigMap {
-    fn owned_digest(&self) -> u64 {
-        digest(&(&self.data, &self.metadata.labels))
-    }
-}
-
-impl Owned for ServiceExport {
-    fn owned_digest(&self) -> u64 {
-        let conditions = self.status.as_ref().map(|s| s.conditions.as_slice());
-        conditions_digest(conditions.unwrap_or_default())
-    }
-}
-
-/// The digest of a ServiceExport whose status has these conditions.
-pub fn conditions_digest(conditions: &[K8sCondition]) -> u64 {
-    digest(&conditions)
-}
-
-impl Owned for EndpointSlice {
-    fn owned_digest(&self) -> u64 {
-        let meta = &self.metadata;
-        digest(&(
-            &self.address_type,
-            &meta.owner_references,
-            &self.endpoints,
-            &self.ports,
-            &meta.labels,
-            &meta.annotations,
-        ))
-    }
-}
-
-/// A hash of a value's JSON form, stable within the process (foldhash: at a
-/// relist every object is digested, and SipHash was 6% of a restart's CPU).
-/// Seeded at random once per process, like the maps, so that nobody who can
-/// edit a written object can aim an edit at the digest the writer expects.
-fn digest(value: &impl Serialize) -> u64 {
-    struct Feed(foldhash::fast::FoldHasher<'static>);
-    impl std::io::Write for Feed {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.write(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    static SEED: LazyLock<Hasher> = LazyLock::new(Hasher::default);
-    let mut feed = Feed(SEED.build_hasher());
-    serde_json::to_writer(&mut feed, value).expect("Kubernetes objects serialize");
-    feed.0.finish()
-}
-
-/// One object as the writer needs it: enough to compare, to write with a
-/// precondition and to know whether it is this controller's to delete.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Version {
-    /// `metadata.uid`.
-    pub uid: Option<Box<str>>,
-    /// `metadata.resourceVersion`.
-    pub resource_version: Option<Box<str>>,
-    /// Whether it carries this controller's managed-by label.
-    pub managed: bool,
-    /// [`Owned::owned_digest`] of the object as it is.
-    pub digest: u64,
-}
-
-impl Version {
-    /// The version of `object`.
-    pub fn of<K: Resource + Owned>(object: &K) -> Self {
-        let meta = object.meta();
-        let labels = meta.labels.as_ref();
-        let label = |l: &str| labels.and_then(|ls| ls.get(l)).map(String::as_str);
-        Self {
-            uid: meta.uid.as_deref().map(Into::into),
-            resource_version: meta.resource_version.as_deref().map(Into::into),
-            managed: label(LABEL_MANAGED_BY) == Some(MANAGER)
-                || label(LABEL_SLICE_MANAGED_BY) == Some(MANAGER),
-            digest: object.owned_digest(),
-        }
-    }
-
-    /// Delete parameters that delete only this version (`409 Conflict` when
-    /// someone changed or replaced the object meanwhile).
-    pub fn delete_params(&self) -> DeleteParams {
-        delete_if_at(
-            self.resource_version.as_deref().map(Into::into),
-            self.uid.as_deref().map(Into::into),
-        )
-    }
-}
-
-/// A kept object: its version and what the writer reads of it (`X`).
+/// A kept object: its version, its service and what the writer reads of it
+/// (`X`).
 #[derive(Debug)]
 pub struct Seen<X> {
     /// Identity, version and digest.
     pub version: Version,
+    /// The service it belongs to, if any.
+    pub service: Option<ServiceKey>,
     /// The kind's extract.
     pub extract: X,
 }
@@ -147,54 +37,58 @@ pub struct Keep<K, X> {
     pub extract: Extract<K, X>,
     /// The service an object belongs to.
     pub service: fn(&K) -> Option<ServiceKey>,
+    /// Whether the writer asks for a service's objects by name
+    /// ([`SeenStore::names`]: slices, VIP claims). Only then does the store
+    /// keep that index: for one object per service it would cost more than
+    /// the object.
+    pub by_name: bool,
 }
 
 struct State<X> {
-    objects: HashMap<String, Arc<Seen<X>>, Hasher>,
-    /// The names of each service's kept objects, sorted: mostly one or two,
-    /// where a `BTreeSet` would take a node of eleven per service.
-    by_service: HashMap<ServiceKey, Vec<Box<str>>, Hasher>,
+    /// By `namespace/name`.
+    objects: HashMap<Box<str>, Arc<Seen<X>>, Hasher>,
+    /// The names of each service's objects, sorted (mostly one or two, where
+    /// a `BTreeSet` would take a node of eleven); kept if [`Keep::by_name`].
+    names: HashMap<ServiceKey, Vec<Box<str>>, Hasher>,
+}
+
+impl<X> State<X> {
+    /// Keeps `seen` as object `id`; returns what was kept there before.
+    fn insert(&mut self, id: Box<str>, seen: Seen<X>, by_name: bool) -> Option<Arc<Seen<X>>> {
+        let old = self.remove(&id, by_name);
+        if by_name && let Some(service) = &seen.service {
+            let names = self.names.entry(service.clone()).or_default();
+            if let Err(at) = position(names, name_of(&id)) {
+                names.insert(at, name_of(&id).into());
+            }
+        }
+        self.objects.insert(id, Arc::new(seen));
+        old
+    }
+
+    fn remove(&mut self, id: &str, by_name: bool) -> Option<Arc<Seen<X>>> {
+        let old = self.objects.remove(id)?;
+        if by_name
+            && let Some(service) = &old.service
+            && let Some(names) = self.names.get_mut(service)
+        {
+            if let Ok(at) = position(names, name_of(id)) {
+                names.remove(at);
+            }
+            if names.is_empty() {
+                self.names.remove(service);
+            }
+        }
+        Some(old)
+    }
 }
 
 impl<X> Default for State<X> {
     fn default() -> Self {
         Self {
             objects: HashMap::default(),
-            by_service: HashMap::default(),
+            names: HashMap::default(),
         }
-    }
-}
-
-impl<X> State<X> {
-    fn insert(&mut self, id: String, service: Option<ServiceKey>, name: &str, seen: Seen<X>) {
-        self.remove(&id, service.as_ref(), name);
-        if let Some(service) = service {
-            let names = self.by_service.entry(service).or_default();
-            if let Err(at) = position(names, name) {
-                names.insert(at, name.into());
-            }
-        }
-        self.objects.insert(id, Arc::new(seen));
-    }
-
-    fn remove(&mut self, id: &str, service: Option<&ServiceKey>, name: &str) {
-        self.objects.remove(id);
-        if let Some(service) = service
-            && let Some(names) = self.by_service.get_mut(service)
-        {
-            if let Ok(at) = position(names, name) {
-                names.remove(at);
-            }
-            if names.is_empty() {
-                self.by_service.remove(service);
-            }
-        }
-    }
-
-    fn has(&self, service: &ServiceKey, name: &str) -> bool {
-        self.by_service
-            .get(service)
-            .is_some_and(|names| position(names, name).is_ok())
     }
 }
 
@@ -236,7 +130,7 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
     /// The object `namespace/name`, if kept.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Seen<X>>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.objects.get(&id(namespace, name)).cloned()
+        state.objects.get(&*id(namespace, name)).cloned()
     }
 
     /// Whether the watch has listed everything once, so that an object
@@ -245,24 +139,35 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
         self.listed.load(Ordering::Acquire)
     }
 
-    /// The names of the kept objects of `service`.
+    /// The names of the kept objects of `service`; only for a store kept
+    /// [`Keep::by_name`].
     pub fn names(&self, service: &ServiceKey) -> BTreeSet<String> {
+        assert!(self.keep.by_name, "names of a store kept without them");
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        let names = state.by_service.get(service).into_iter().flatten();
+        let names = state.names.get(service).into_iter().flatten();
         names.map(|n| n.to_string()).collect()
     }
 
     /// Every service with a kept object.
     pub fn services(&self) -> Vec<ServiceKey> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state.by_service.keys().cloned().collect()
+        let services = state.objects.values().filter_map(|s| s.service.clone());
+        services.collect::<HashSet<_>>().into_iter().collect()
     }
 
-    fn seen(&self, object: &K) -> Option<Seen<X>> {
-        Some(Seen {
+    /// The id and the extract of `object`, if it is kept.
+    fn seen(&self, object: &K) -> Option<(Box<str>, Seen<X>)> {
+        let meta = object.meta();
+        let id = id(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref()?,
+        );
+        let seen = Seen {
             extract: (self.keep.extract)(object)?,
+            service: (self.keep.service)(object),
             version: Version::of(object),
-        })
+        };
+        Some((id, seen))
     }
 }
 
@@ -272,78 +177,79 @@ where
     X: Send + Sync,
 {
     fn on_event(&self, event: &Event<K>) -> Vec<ServiceKey> {
-        let named = |object: &K| {
-            let meta = object.meta();
-            let name = meta.name.as_deref()?;
-            Some((
-                id(meta.namespace.as_deref().unwrap_or_default(), name),
-                name.to_owned(),
-                (self.keep.service)(object),
-            ))
-        };
+        let by_name = self.keep.by_name;
+        let mut touched = HashSet::new();
         match event {
             Event::Apply(object) | Event::Delete(object) => {
-                let Some((id, name, service)) = named(object) else {
+                let meta = object.meta();
+                let Some(name) = meta.name.as_deref() else {
                     return Vec::new();
                 };
-                let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-                let was = state.objects.contains_key(&id);
-                let seen = matches!(event, Event::Apply(_))
+                let kept = matches!(event, Event::Apply(_))
                     .then(|| self.seen(object))
                     .flatten();
-                let kept = seen.is_some();
-                match seen {
-                    Some(seen) => state.insert(id, service.clone(), &name, seen),
-                    None => state.remove(&id, service.as_ref(), &name),
-                }
-                service.filter(|_| was || kept).into_iter().collect()
+                let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+                let old = match kept {
+                    Some((id, seen)) => {
+                        touched.extend(seen.service.clone());
+                        state.insert(id, seen, by_name)
+                    }
+                    None => {
+                        let id = id(meta.namespace.as_deref().unwrap_or_default(), name);
+                        state.remove(&id, by_name)
+                    }
+                };
+                touched.extend(old.and_then(|old| old.service.clone()));
             }
             Event::Init => {
                 *self.relist.lock().unwrap_or_else(|e| e.into_inner()) = Some(State::default());
-                Vec::new()
             }
             Event::InitApply(object) => {
-                let (Some((id, name, service)), Some(seen)) = (named(object), self.seen(object))
-                else {
+                let Some((id, seen)) = self.seen(object) else {
                     return Vec::new();
                 };
                 let unchanged = {
                     let state = self.state.read().unwrap_or_else(|e| e.into_inner());
                     state.objects.get(&id).map(|s| &s.version) == Some(&seen.version)
                 };
+                if !unchanged {
+                    touched.extend(seen.service.clone());
+                }
                 let mut relist = self.relist.lock().unwrap_or_else(|e| e.into_inner());
-                relist
-                    .get_or_insert_default()
-                    .insert(id, service.clone(), &name, seen);
-                service.filter(|_| !unchanged).into_iter().collect()
+                relist.get_or_insert_default().insert(id, seen, by_name);
             }
             Event::InitDone => {
                 let fresh = self.relist.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let fresh = fresh.unwrap_or_default();
                 let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
                 // Services that lost an object while the watch was away.
-                let gone = state
-                    .by_service
-                    .iter()
-                    .filter(|(service, names)| names.iter().any(|n| !fresh.has(service, n)))
-                    .map(|(service, _)| service.clone())
-                    .collect();
+                let gone = state.objects.iter().filter(|(id, old)| {
+                    fresh.objects.get(*id).map(|new| &new.service) != Some(&old.service)
+                });
+                touched.extend(gone.filter_map(|(_, old)| old.service.clone()));
                 *state = fresh;
                 self.listed.store(true, Ordering::Release);
-                gone
             }
         }
+        touched.into_iter().collect()
     }
 }
 
-fn id(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
+/// The key of object `name` in `namespace`.
+fn id(namespace: &str, name: &str) -> Box<str> {
+    format!("{namespace}/{name}").into()
+}
+
+/// The name in an [`id`].
+fn name_of(id: &str) -> &str {
+    id.split_once('/').map_or(id, |(_, name)| name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::records::labelled_service;
+    use crate::k8s::records::{LABEL_SLICE_MANAGED_BY, MANAGER, labelled_service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn slice(name: &str, service: &str, version: &str) -> EndpointSlice {
@@ -384,6 +290,7 @@ mod tests {
                     .then_some(())
             }),
             service: |s| Some(labelled_service(&s.metadata)?.0),
+            by_name: true,
         })
     }
 
@@ -396,7 +303,7 @@ mod tests {
         assert_eq!(store.on_event(&Event::Apply(slice("other", "a", "6"))), []);
         assert_eq!(store.names(&key), BTreeSet::from(["mine-1".to_owned()]));
         let seen = store.get("broker", "mine-1").unwrap();
-        assert_eq!(seen.version.resource_version.as_deref(), Some("5"));
+        assert_eq!(seen.version.resource_version().as_deref(), Some("5"));
         assert!(seen.version.managed);
         assert_eq!(
             seen.version.digest,
@@ -404,6 +311,21 @@ mod tests {
         );
         store.on_event(&Event::Delete(slice("mine-1", "a", "5")));
         assert!(store.names(&key).is_empty() && store.get("broker", "mine-1").is_none());
+    }
+
+    /// A slice relabelled to another service leaves the names of the first,
+    /// and both services are told: the first lost an object.
+    #[test]
+    fn a_relabelled_object_moves_between_services() {
+        let store = store();
+        let (a, b) = (ServiceKey::new("ns", "a"), ServiceKey::new("ns", "b"));
+        store.on_event(&Event::Apply(slice("mine-1", "a", "1")));
+        let mut touched = store.on_event(&Event::Apply(slice("mine-1", "b", "2")));
+        touched.sort();
+        assert_eq!(touched, [a.clone(), b.clone()]);
+        assert!(store.names(&a).is_empty());
+        assert_eq!(store.names(&b), BTreeSet::from(["mine-1".to_owned()]));
+        assert_eq!(store.services(), [b]);
     }
 
     #[test]

@@ -92,12 +92,14 @@ impl Caches {
                     }
                 }),
                 service: |record| labelled(&record.metadata),
+                by_name: false,
             })),
             broker_slices: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(move |slice| {
                     (source_cluster(slice) == Some(&*cluster)).then_some(())
                 }),
                 service: |slice| labelled(&slice.metadata),
+                by_name: true,
             })),
             local_imports: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(|import: &ServiceImport| {
@@ -112,10 +114,12 @@ impl Caches {
                     })
                 }),
                 service: |import| named(&import.metadata),
+                by_name: false,
             })),
             local_slices: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(|_| Some(())),
                 service: |slice| labelled(&slice.metadata),
+                by_name: true,
             })),
             local_exports: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(|export: &ServiceExport| {
@@ -123,11 +127,13 @@ impl Caches {
                     Some(conditions.filter_map(Transition::of).collect())
                 }),
                 service: |export| named(&export.metadata),
+                by_name: false,
             })),
             namespaces,
             claims: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(|_| Some(())),
                 service: vip_claims::claim_service,
+                by_name: true,
             })),
         }
     }
@@ -660,10 +666,9 @@ impl Writer {
         K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
         let kind = K::kind(&());
-        let uid = |v: &Version| v.uid.as_deref().map(str::to_owned);
         let result = match (desired, actual) {
             (None, None) => return Ok(None),
-            (Some(d), Some(a)) if d.owned_digest() == a.digest => return Ok(uid(&a)),
+            (Some(d), Some(a)) if d.owned_digest() == a.digest => return Ok(a.uid()),
             (None, Some(actual)) => {
                 if !actual.managed {
                     return Ok(None);
@@ -711,10 +716,9 @@ impl Writer {
         K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
         if desired.owned_digest() == current.digest {
-            return Ok(("unchanged", current.uid.as_deref().map(str::to_owned)));
+            return Ok(("unchanged", current.uid()));
         }
-        desired.meta_mut().resource_version =
-            current.resource_version.as_deref().map(str::to_owned);
+        desired.meta_mut().resource_version = current.resource_version();
         api.replace(name, &PostParams::default(), &desired)
             .await
             .map(|replaced| ("updated", replaced.meta().uid.clone()))
