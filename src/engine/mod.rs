@@ -121,6 +121,16 @@ pub struct Engine {
     /// What the applies since the last [`Engine::take_notes`] could not do
     /// cleanly; the engine does no I/O, so the runtime logs and counts them.
     notes: Vec<Note>,
+    /// What [`Engine::load`] applied and the next [`Engine::apply`] reconciles.
+    unreconciled: Touched,
+}
+
+/// The services a batch of changes touched, and the namespaces that came or
+/// went in it.
+#[derive(Debug, Default)]
+struct Touched {
+    services: HashSet<ServiceKey, Hasher>,
+    namespaces: HashSet<Arc<str>>,
 }
 
 /// Something an apply could not do cleanly.
@@ -189,6 +199,7 @@ impl Engine {
             vips: VipAllocator::new(settings.pools),
             dead: BTreeSet::new(),
             notes: Vec::new(),
+            unreconciled: Touched::default(),
         }
     }
 
@@ -209,18 +220,14 @@ impl Engine {
         &mut self,
         changes: impl IntoIterator<Item = Change>,
     ) -> Vec<(ServiceKey, Option<Arc<Import>>)> {
-        let mut touched: Vec<ServiceKey> = Vec::new();
-        let mut moved: HashSet<Arc<str>> = HashSet::new();
-        for change in changes {
-            match (change.service(), &change) {
-                (Some(key), _) if touched.last() != Some(key) => touched.push(key.clone()),
-                (None, Change::Live(cluster, _)) => touched.extend(self.services_of(cluster)),
-                _ => {}
-            }
-            moved.extend(self.apply_one(change));
-        }
+        let mut touched = std::mem::take(&mut self.unreconciled);
+        self.apply_inputs(changes, &mut touched);
+        let Touched {
+            services,
+            namespaces: moved,
+        } = touched;
+        let mut touched: Vec<ServiceKey> = services.into_iter().collect();
         touched.sort();
-        touched.dedup();
         let mut updates = Vec::new();
         if !moved.is_empty() {
             // Services of a namespace that came or went are shown or hidden
@@ -239,6 +246,34 @@ impl Engine {
             (before != after || moved.contains(&key.namespace)).then_some((key, after))
         }));
         updates
+    }
+
+    /// Applies changes to the inputs only: the services they touch are
+    /// reconciled by the next [`Engine::apply`]. For the first sync of
+    /// Kubernetes mode, whose facts arrive in many batches before anything
+    /// is served: each service is reconciled once, when all have arrived.
+    pub fn load(&mut self, changes: impl IntoIterator<Item = Change>) {
+        let mut touched = std::mem::take(&mut self.unreconciled);
+        self.apply_inputs(changes, &mut touched);
+        self.unreconciled = touched;
+    }
+
+    /// Applies each change to the inputs, noting what it touched.
+    fn apply_inputs(&mut self, changes: impl IntoIterator<Item = Change>, touched: &mut Touched) {
+        for change in changes {
+            match (change.service(), &change) {
+                (Some(key), _) => {
+                    if !touched.services.contains(key) {
+                        touched.services.insert(key.clone());
+                    }
+                }
+                (None, Change::Live(cluster, _)) => {
+                    touched.services.extend(self.services_of(cluster));
+                }
+                _ => {}
+            }
+            touched.namespaces.extend(self.apply_one(change));
+        }
     }
 
     /// The import of `result` as the local cluster serves it: none where
@@ -562,6 +597,38 @@ mod tests {
         assert_eq!(updates, vec![(key(), None)]);
         assert!(engine.vips_mut().allocations().is_empty());
         assert!(engine.get(&key()).is_none());
+    }
+
+    /// Loaded facts are not reconciled (no import, no VIP) until the next
+    /// apply, which reconciles each service they touched once, with its own.
+    #[test]
+    fn loaded_facts_wait_for_the_next_apply() {
+        let mut engine = Engine::new(EngineSettings::default());
+        let other = ServiceKey::new("shop", "db");
+        engine.load([
+            upsert(
+                "east",
+                Object::Service(Arc::new(service(&["10.0.0.1"], &[("http", 80)]))),
+            ),
+            upsert("east", Object::Export(export(1).into())),
+        ]);
+        engine.load([Change::Upsert(
+            "east".into(),
+            other.clone(),
+            Object::Service(Arc::new(service(&["10.0.0.3"], &[("sql", 5432)]))),
+        )]);
+        assert!(engine.get(&key()).is_none());
+        assert!(engine.vips_mut().allocations().is_empty());
+        let updates = engine.apply([Change::Upsert(
+            "east".into(),
+            other.clone(),
+            Object::Export(export(2).into()),
+        )]);
+        let mut keys: Vec<_> = updates.iter().map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, [other, key()], "each service once");
+        assert!(updates.iter().all(|(_, import)| import.is_some()));
+        assert!(engine.apply([]).is_empty(), "nothing left to reconcile");
     }
 
     /// KEP-1645 "Namespace sameness": a member without the namespace has no

@@ -86,6 +86,13 @@ impl Pipeline {
         }
     }
 
+    /// Takes in changes that arrive before the first full state: nothing is
+    /// served yet, so nothing is reconciled until [`Pipeline::apply_initial`]
+    /// (see [`Engine::load`]).
+    pub fn load(&mut self, changes: Vec<Change>) {
+        self.engine.load(changes);
+    }
+
     /// Applies the first full state of the sources: saved VIPs no import
     /// claimed are released, and the index starts answering.
     pub fn apply_initial(&mut self, changes: Vec<Change>) {

@@ -1,7 +1,12 @@
 //! Turns a kube-rs watcher's events into [`Change`]s: each object stands for
 //! a few facts; an event reports the facts that appeared and retracts the
 //! ones that went. A relist (after a `410 Gone` or a restart) is diffed against
-//! what was known, so nothing is lost or reported twice.
+//! what was known, so nothing is lost or reported twice: each listed object's
+//! difference as it arrives (a first list of 300k objects never waits whole
+//! in one batch), the objects that did not come back at its end. The facts
+//! of two objects never share a slot (each names its object's kind and name,
+//! see `readers.rs`), so asserting one object's facts before retracting
+//! another's cannot undo them.
 
 use std::collections::HashMap;
 
@@ -15,7 +20,7 @@ use crate::model::{Change, Hasher};
 pub type Reader<K> = Box<dyn Fn(&K) -> Result<Vec<Change>, String> + Send + Sync>;
 
 /// The facts of each object, by `namespace/name`.
-type Known = HashMap<String, Vec<Change>, Hasher>;
+type Known = HashMap<Box<str>, Box<[Change]>, Hasher>;
 
 /// The facts known for each object of one watch.
 pub struct Facts<K> {
@@ -62,24 +67,26 @@ impl<K: Resource> Facts<K> {
             Event::Init => self.relist = Some(Known::default()),
             Event::InitApply(object) => {
                 let id = id(&object);
+                let old = self.known.get(&id).map(|f| &**f).unwrap_or_default();
                 // A broken object keeps the facts it had before the relist.
-                let facts = self
-                    .read(&object)
-                    .or_else(|| self.known.get(&id).cloned())
-                    .unwrap_or_default();
-                keep(self.relist.get_or_insert_default(), id, facts);
+                let facts = self.read(&object).unwrap_or_else(|| old.to_vec());
+                diff(old, &facts, &mut delta.changes);
+                let relist = self.relist.get_or_insert_default();
+                if facts.is_empty() && !old.is_empty() {
+                    // Listed, retracted just now: not to be retracted again at the end.
+                    relist.insert(id, facts.into());
+                } else {
+                    keep(relist, id, facts);
+                }
             }
             Event::InitDone => {
-                let fresh = self.relist.take().unwrap_or_default();
+                let mut fresh = self.relist.take().unwrap_or_default();
                 for (id, old) in &self.known {
                     if !fresh.contains_key(id) {
                         diff(old, &[], &mut delta.changes);
                     }
                 }
-                for (id, new) in &fresh {
-                    let old = self.known.get(id).map(Vec::as_slice).unwrap_or_default();
-                    diff(old, new, &mut delta.changes);
-                }
+                fresh.retain(|_, facts| !facts.is_empty());
                 self.known = fresh;
                 delta.synced = true;
             }
@@ -98,19 +105,21 @@ impl<K: Resource> Facts<K> {
 /// objects that mean nothing to the engine (this cluster's own records on the
 /// broker, the slices it imported), and an id with nothing to retract need
 /// not be remembered.
-fn keep(known: &mut Known, id: String, facts: Vec<Change>) {
+fn keep(known: &mut Known, id: Box<str>, facts: Vec<Change>) {
     if !facts.is_empty() {
-        known.insert(id, facts);
+        known.insert(id, facts.into());
     }
 }
 
-fn id<K: Resource>(object: &K) -> String {
+fn id<K: Resource>(object: &K) -> Box<str> {
     let meta = object.meta();
+    let (namespace, name) = (meta.namespace.as_deref(), meta.name.as_deref());
     format!(
         "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
+        namespace.unwrap_or_default(),
+        name.unwrap_or_default()
     )
+    .into()
 }
 
 /// Retracts what `old` asserted and `new` does not, then asserts what is new.
@@ -190,22 +199,43 @@ mod tests {
     #[test]
     fn a_relist_reports_only_the_difference() {
         let mut facts = tracker();
-        for event in [
-            Event::Init,
-            Event::InitApply(object("a", "10.0.0.1")),
-            Event::InitApply(object("b", "10.0.0.2")),
-        ] {
-            assert!(facts.on_event(event).changes.is_empty());
-        }
+        assert!(facts.on_event(Event::Init).changes.is_empty());
+        // A first list reports each object as it arrives.
+        let d = facts.on_event(Event::InitApply(object("a", "10.0.0.1")));
+        assert_eq!(d.changes, vec![vips("a", &["10.0.0.1"])]);
+        facts.on_event(Event::InitApply(object("b", "10.0.0.2")));
         let d = facts.on_event(Event::InitDone);
-        assert!(d.synced);
-        assert_eq!(d.changes.len(), 2);
+        assert!(d.synced && d.changes.is_empty());
         // After a 410: `a` went, `b` is unchanged, `c` is new.
         facts.on_event(Event::Init);
-        facts.on_event(Event::InitApply(object("b", "10.0.0.2")));
-        facts.on_event(Event::InitApply(object("c", "10.0.0.3")));
+        let d = facts.on_event(Event::InitApply(object("b", "10.0.0.2")));
+        assert!(d.changes.is_empty());
+        let d = facts.on_event(Event::InitApply(object("c", "10.0.0.3")));
+        assert_eq!(d.changes, vec![vips("c", &["10.0.0.3"])]);
         let d = facts.on_event(Event::InitDone);
-        assert_eq!(d.changes, vec![vips("a", &[]), vips("c", &["10.0.0.3"])]);
+        assert_eq!(d.changes, vec![vips("a", &[])]);
+    }
+
+    /// An object relisted with no facts left is retracted once, when it
+    /// arrives, and not again when the relist ends.
+    #[test]
+    fn a_relisted_object_without_facts_is_retracted_once() {
+        let mut facts: Facts<ConfigMap> = Facts::new(Box::new(|cm: &ConfigMap| {
+            let ip = &cm.data.as_ref().unwrap()["ip"];
+            let key = ServiceKey::new("ns", cm.metadata.name.as_deref().unwrap());
+            let ips = ip.parse().into_iter().collect::<Vec<IpAddr>>();
+            Ok((!ips.is_empty())
+                .then(|| Change::Vips(key, ips))
+                .into_iter()
+                .collect())
+        }));
+        facts.on_event(Event::Apply(object("a", "10.0.0.1")));
+        facts.on_event(Event::Init);
+        let d = facts.on_event(Event::InitApply(object("a", "none")));
+        assert_eq!(d.changes, vec![vips("a", &[])]);
+        let d = facts.on_event(Event::InitDone);
+        assert!(d.changes.is_empty());
+        assert!(facts.known.is_empty());
     }
 
     /// Objects that mean nothing to the engine (this cluster's own records
@@ -233,7 +263,10 @@ mod tests {
         facts.on_event(Event::InitApply(object("mine", "10.0.0.1")));
         facts.on_event(Event::InitApply(object("a", "10.0.0.2")));
         assert!(facts.on_event(Event::InitDone).changes.is_empty());
-        assert_eq!(facts.known.keys().collect::<Vec<_>>(), ["ns/a"]);
+        assert_eq!(
+            facts.known.keys().map(|k| &**k).collect::<Vec<_>>(),
+            ["ns/a"]
+        );
         assert!(
             facts
                 .on_event(Event::Delete(object("mine", "10.0.0.1")))
