@@ -54,7 +54,7 @@ pub enum ClaimError {
 }
 
 /// What creating a claim found.
-enum Taken {
+pub enum Taken {
     /// The claim was created: the address is `key`'s now.
     Created,
     /// `key` held it already.
@@ -179,16 +179,10 @@ impl VipClaims {
     /// Writes the claim of `ip` for `key` again where it went missing while
     /// the VIP record listing it stands (the broker lost it, or an operator
     /// deleted it): without it another service could claim the address.
-    /// Returns the holder when another service claimed it first.
-    pub async fn restore(
-        &self,
-        key: &ServiceKey,
-        ip: IpAddr,
-    ) -> Result<Option<String>, ClaimError> {
-        Ok(match self.take(key, ip).await? {
-            Taken::Created | Taken::Held => None,
-            Taken::ByOther(holder) => Some(holder),
-        })
+    /// [`Taken::Held`]: it was there after all (the watch of claims had not
+    /// shown it yet).
+    pub async fn restore(&self, key: &ServiceKey, ip: IpAddr) -> Result<Taken, ClaimError> {
+        self.take(key, ip).await
     }
 
     /// Creates the claim of `ip` for `key`, or says who holds it. A claim

@@ -33,7 +33,7 @@ use serde_json::json;
 use super::api::is_code;
 use super::seen::{Keep, Owned, SeenStore, Version, conditions_digest};
 use super::slices;
-use super::vip_claims::{self, ClaimError, VipClaims};
+use super::vip_claims::{self, ClaimError, Taken, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{ClusterStatus, ServiceImportStatus};
@@ -496,11 +496,12 @@ impl Writer {
                 continue;
             }
             match self.claims.restore(key, ip).await? {
-                None => {
+                Taken::Created => {
                     self.metrics.api_write("VipClaim", "restored");
                     tracing::info!(service = %key, %ip, "wrote again a VIP claim the broker lost");
                 }
-                Some(holder) => tracing::warn!(
+                Taken::Held => {}
+                Taken::ByOther(holder) => tracing::warn!(
                     service = %key, %ip, %holder,
                     "the VIP record lists an address another service has claimed"
                 ),
