@@ -14,6 +14,8 @@
 #   QUIET_SECONDS=5        no writes for this long after serving: start over
 #   LIMIT_SECONDS=3600     hard limit of the run (everything is stopped)
 #   WORK=/tmp/clusterset-bench/kube-scale
+#   MEMBER_BIN             the members' binary (default: this tree's release
+#                          build): another build, to compare in the same hour
 #   HEAP=0    1: the first member runs under heaptrack (heaptracked.sh), built
 #             with the system allocator (see heap.sh); its row's figures then
 #             include heaptrack's cost, and its heap profiles (fresh start,

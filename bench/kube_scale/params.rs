@@ -23,6 +23,10 @@ pub struct Params {
     /// Hard limit of the whole run.
     pub limit: Duration,
     pub work: PathBuf,
+    /// The clusterset-dns binary the members run (`MEMBER_BIN`; default: the
+    /// bench's, built from this tree): a build kept from before a change,
+    /// measured in the same hour as the one after it.
+    pub member_bin: String,
     /// A command the first member runs under (`PROFILE_FIRST`, split at
     /// spaces, `{run}` replaced by the start's name, the member's own
     /// command line after it: a heap profiler), and the binary it runs
@@ -69,6 +73,7 @@ impl Params {
             quiet: secs("QUIET_SECONDS", 5),
             limit: secs("LIMIT_SECONDS", 3600),
             work: env_or("WORK", PathBuf::from("/tmp/clusterset-bench/kube-scale")),
+            member_bin: env_or("MEMBER_BIN", crate::common::BIN.to_owned()),
             profile_first: std::env::var("PROFILE_FIRST")
                 .ok()
                 .filter(|w| !w.trim().is_empty())

@@ -10,7 +10,6 @@ use futures::future::join_all;
 
 use crate::apis::{ApiServers, MemberTraffic};
 use crate::churn::{Churn, Churned};
-use crate::common::BIN;
 use crate::layout::Layout;
 use crate::member::{Kubeconfigs, MemberProcess, ProcStats};
 use crate::params::Params;
@@ -73,7 +72,7 @@ pub async fn start(
                         wrapper.iter().map(|w| w.replace("{run}", run)).collect();
                     MemberProcess::spawn_under(&wrapper, bin, &id, k, &log)
                 }
-                _ => MemberProcess::spawn(BIN, &id, k, &log),
+                _ => MemberProcess::spawn(&p.member_bin, &id, k, &log),
             }
         })
         .collect();
