@@ -262,10 +262,8 @@ impl Engine {
     fn apply_inputs(&mut self, changes: impl IntoIterator<Item = Change>, touched: &mut Touched) {
         for change in changes {
             match (change.service(), &change) {
-                (Some(key), _) => {
-                    if !touched.services.contains(key) {
-                        touched.services.insert(key.clone());
-                    }
+                (Some(key), _) if !touched.services.contains(key) => {
+                    touched.services.insert(key.clone());
                 }
                 (None, Change::Live(cluster, _)) => {
                     touched.services.extend(self.services_of(cluster));
