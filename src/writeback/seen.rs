@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use kube::Resource;
 use kube::runtime::watcher::Event;
 
-pub use super::version::{Owned, Version, conditions_digest};
+use super::version::{Owned, Version};
 use crate::model::{Hasher, ServiceKey};
 
 /// A kept object: its version, its service and what the writer reads of it
@@ -178,7 +178,7 @@ where
 {
     fn on_event(&self, event: &Event<K>) -> Vec<ServiceKey> {
         let by_name = self.keep.by_name;
-        let mut touched = HashSet::new();
+        let mut touched = Vec::new();
         match event {
             Event::Apply(object) | Event::Delete(object) => {
                 let meta = object.meta();
@@ -231,7 +231,9 @@ where
                 self.listed.store(true, Ordering::Release);
             }
         }
-        touched.into_iter().collect()
+        touched.sort();
+        touched.dedup();
+        touched
     }
 }
 

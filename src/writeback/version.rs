@@ -146,14 +146,19 @@ enum Token {
 }
 
 impl Token {
+    /// Read once per watch event of a kept object: compares spellings
+    /// without allocating.
     fn new(text: &str) -> Self {
+        let mut spelled = [0; uuid::fmt::Hyphenated::LENGTH];
         if let Ok(uuid) = Uuid::try_parse(text)
-            && uuid.hyphenated().to_string() == text
+            && uuid.hyphenated().encode_lower(&mut spelled) == text
         {
             return Token::Uuid(uuid);
         }
+        let decimal =
+            text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
         match text.parse::<u64>() {
-            Ok(n) if n.to_string() == text => Token::Number(n),
+            Ok(n) if decimal => Token::Number(n),
             _ => Token::Text(text.into()),
         }
     }
@@ -181,6 +186,7 @@ mod tests {
             "6f1c3b2e8d4a4f4e9c1a2b3c4d5e6f70",
             "{6f1c3b2e-8d4a-4f4e-9c1a-2b3c4d5e6f70}",
             "123456",
+            "0",
             "0123",
             "+5",
             "18446744073709551616",
@@ -194,7 +200,9 @@ mod tests {
             Token::Uuid(_)
         ));
         assert!(matches!(Token::new("123456"), Token::Number(123456)));
+        assert!(matches!(Token::new("0"), Token::Number(0)));
         assert!(matches!(Token::new("0123"), Token::Text(_)));
+        assert!(matches!(Token::new("+5"), Token::Text(_)));
         assert_eq!(std::mem::size_of::<Token>(), 24);
     }
 }

@@ -31,8 +31,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::api::is_code;
-use super::seen::{Keep, Owned, SeenStore, Version, conditions_digest};
+use super::seen::{Keep, SeenStore};
 use super::slices;
+use super::version::{Owned, Version, conditions_digest};
 use super::vip_claims::{self, ClaimError, Taken, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
