@@ -1,8 +1,9 @@
 //! Kubernetes mode at clusterset scale (issue 13): one clusterset-dns process
 //! per member cluster against in-repo fake API servers (one per member, one
 //! broker, in this process) holding the clusterset of `bench/scale.sh`.
-//! Phases: fresh start on an empty broker, steady state, endpoint churn at
-//! each rate, restart on the populated broker. Per member: time to serve every
+//! Phases: fresh start on an empty broker (or, with fewer members running
+//! than clusters, on one the other clusters published beforehand), steady
+//! state, endpoint churn at each rate, restart on the populated broker. Per member: time to serve every
 //! probed name, memory, CPU, API requests and bytes (own API server and
 //! broker, told apart by bearer token), writes; what the broker stores.
 //! Markdown tables on stdout, raw numbers in `$WORK`. Run by
@@ -25,9 +26,12 @@ mod params;
 mod phases;
 #[path = "kube_scale/probe.rs"]
 mod probe;
+#[path = "kube_scale/publish.rs"]
+mod publish;
 #[path = "kube_scale/report.rs"]
 mod report;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use apis::ApiServers;
@@ -43,13 +47,16 @@ async fn main() {
     watchdog(p.limit);
     let started = Instant::now();
     let lay = p.lay;
-    println!("## Kubernetes mode at scale: {lay:?}");
-    let apis = ApiServers::start(lay.clusters).await;
+    println!(
+        "## Kubernetes mode at scale: {lay:?}, members running: {}",
+        p.running
+    );
+    let apis = Arc::new(ApiServers::start(p.running).await);
     let mut loaded = report::Table::new(
         "Preloaded member API servers",
         &["member", "objects", "JSON MiB", "load s"],
     );
-    for ci in 0..lay.clusters {
+    for ci in 0..p.running {
         let took = apis.preload(&lay, ci);
         let stored = apis.members[ci].stored(None);
         loaded.row(vec![
@@ -60,14 +67,22 @@ async fn main() {
         ]);
     }
     loaded.print();
-    let kubeconfigs: Vec<_> = (0..lay.clusters)
+    let mut raw = serde_json::Map::new();
+    let fresh_title = if p.running < lay.clusters {
+        let waves = publish::publish(&apis, &p).await;
+        raw.insert("published".into(), serde_json::to_value(&waves).unwrap());
+        api_servers_line(started);
+        "Fresh start of the running members (broker: the clusters published beforehand)"
+    } else {
+        "Fresh start (empty broker)"
+    };
+    let kubeconfigs: Vec<_> = (0..p.running)
         .map(|ci| apis.kubeconfigs(ci, &p.work))
         .collect();
     let probes = probe::sample(&lay, p.probes);
-    let mut raw = serde_json::Map::new();
 
     let fresh = phases::start(&apis, &kubeconfigs, &probes, &p, "fresh").await;
-    fresh.print("Fresh start (empty broker)", &p);
+    fresh.print(fresh_title, &p);
     raw.insert(
         "fresh".into(),
         serde_json::to_value(&fresh.results).unwrap(),
@@ -88,7 +103,7 @@ async fn main() {
     raw.insert("steady".into(), serde_json::to_value(&steady).unwrap());
     api_servers_line(started);
 
-    let mut churn = Churn::new(lay);
+    let mut churn = Churn::new(lay, p.running);
     let churned = phases::churn(&apis, &members, &mut churn, &probes, &p).await;
     raw.insert("churn".into(), serde_json::to_value(&churned).unwrap());
     api_servers_line(started);

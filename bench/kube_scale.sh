@@ -7,6 +7,11 @@
 #
 # Env (defaults):
 #   SERVICES=100000 HEADLESS=10000 ENDPOINTS=34 CLUSTERS=3   the clusterset
+#   RUNNING=$CLUSTERS      members that run through every phase (c1..cR); the
+#                          other clusters each run their member once beforehand,
+#                          WAVE=8 at a time, to publish, then stop (their
+#                          heartbeats renewed by the bench): the fan-out of
+#                          30 or 255 clusters on 2 cores
 #   STEADY_SECONDS=70      no changes (14 slices of the members' spread resync)
 #   CHURN_SECONDS=30       per churn rate; CHURN_RATES=10,100 updates per second
 #   PROBES=20              names probed per kind
@@ -21,6 +26,8 @@
 #             include heaptrack's cost, and its heap profiles (fresh start,
 #             restart) are printed at the end
 # Small: SERVICES=3000 HEADLESS=300 bench/kube_scale.sh
+# 63k exports over 255 clusters, 3 running:
+#   SERVICES=225 HEADLESS=22 ENDPOINTS=10 CLUSTERS=255 RUNNING=3 WAVE=12 bench/kube_scale.sh
 set -euo pipefail
 export WORK=${WORK:-/tmp/clusterset-bench/kube-scale}
 # shellcheck source=bench/lib.sh

@@ -1,8 +1,9 @@
-//! The API servers of the clusterset: one in-repo fake per member cluster and
-//! one broker, in the bench process, preloaded through the back door (no
-//! HTTP: loading 1.5 M objects over HTTP would measure the loader). Each
-//! member's kubeconfigs carry its cluster id as bearer token, so the broker
-//! counts every member's traffic apart.
+//! The API servers of the clusterset: one in-repo fake per running member
+//! cluster (and one for a while for each cluster that only publishes
+//! beforehand, `publish.rs`) and one broker, in the bench process, preloaded
+//! through the back door (no HTTP: loading 1.5 M objects over HTTP would
+//! measure the loader). Each member's kubeconfigs carry its cluster id as
+//! bearer token, so the broker counts every member's traffic apart.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,12 +20,13 @@ use crate::member::{BROKER_NAMESPACE, Kubeconfigs, LEASE_NAMESPACE};
 const HISTORY: usize = 1_000_000;
 
 /// Writes every member repeats on its own: Lease renewals (leader election
-/// in its cluster, heartbeat on the broker). The rest is the real work.
+/// in its cluster, heartbeat on the broker), and the watch events they
+/// cause. The rest is the real work.
 pub const LIVENESS: &[&str] = &["leases"];
 
 pub struct ApiServers {
     pub broker: FakeApiServer,
-    /// Indexed like [`Layout::cluster`].
+    /// The running members', indexed like [`Layout::cluster`].
     pub members: Vec<FakeApiServer>,
 }
 
@@ -52,41 +54,62 @@ impl MemberTraffic {
     pub fn liveness_writes(&self) -> u64 {
         self.own.writes() + self.broker.writes() - self.work_writes()
     }
+
+    /// Watch events received of resources other than [`LIVENESS`], from
+    /// both servers.
+    pub fn work_events(&self) -> u64 {
+        self.own.watch_events_except(LIVENESS) + self.broker.watch_events_except(LIVENESS)
+    }
+
+    /// [`LIVENESS`] watch events received (every cluster's heartbeat on
+    /// the broker, this cluster's leader Lease), from both servers.
+    pub fn liveness_events(&self) -> u64 {
+        let all = self.own.watch_events_except(&[]) + self.broker.watch_events_except(&[]);
+        all - self.work_events()
+    }
 }
 
 impl ApiServers {
-    /// Starts the servers (request logs off: millions of requests).
-    pub async fn start(clusters: usize) -> Self {
+    /// Starts the broker and the API servers of the `running` members
+    /// (request logs off: millions of requests).
+    pub async fn start(running: usize) -> Self {
         let broker = FakeApiServer::start().await;
         broker.set_request_log(false);
         broker.set_history_limit(HISTORY);
         broker.create_namespace(BROKER_NAMESPACE);
         let mut members = Vec::new();
-        for _ in 0..clusters {
-            let api = FakeApiServer::start().await;
-            api.set_request_log(false);
-            api.set_history_limit(HISTORY);
-            api.create_namespace(LEASE_NAMESPACE);
-            members.push(api);
+        for _ in 0..running {
+            members.push(member_api().await);
         }
         Self { broker, members }
     }
 
-    /// Loads member `ci`'s clusterset objects; the time it took. The load's
-    /// history is dropped (compacted): clients start from a list anyway.
+    /// Loads running member `ci`'s clusterset objects; the time it took.
     pub fn preload(&self, lay: &Layout, ci: usize) -> Duration {
-        let started = Instant::now();
-        let api = &self.members[ci];
-        for doc in lay.member_objects(ci) {
-            api.put_raw(doc.0)
-                .unwrap_or_else(|e| panic!("preloading {}: {e:?}", Layout::cluster(ci)));
-        }
-        api.compact();
-        started.elapsed()
+        load(&self.members[ci], lay, ci)
     }
 
-    /// Writes member `ci`'s kubeconfigs into `dir`.
+    /// An API server of its own for cluster `ci` (not a running member),
+    /// loaded, and its kubeconfigs in `dir`: to publish once and be dropped.
+    pub async fn one_off(
+        &self,
+        lay: &Layout,
+        ci: usize,
+        dir: &Path,
+    ) -> (FakeApiServer, Kubeconfigs) {
+        let api = member_api().await;
+        load(&api, lay, ci);
+        let files = self.kubeconfigs_of(&api, ci, dir);
+        (api, files)
+    }
+
+    /// Writes running member `ci`'s kubeconfigs into `dir`.
     pub fn kubeconfigs(&self, ci: usize, dir: &Path) -> Kubeconfigs {
+        self.kubeconfigs_of(&self.members[ci], ci, dir)
+    }
+
+    /// Kubeconfigs of cluster `ci` whose own API server is `member`.
+    fn kubeconfigs_of(&self, member: &FakeApiServer, ci: usize, dir: &Path) -> Kubeconfigs {
         let id = Layout::cluster(ci);
         let files = Kubeconfigs {
             member: dir.join(format!("{id}.kubeconfig")),
@@ -96,7 +119,7 @@ impl ApiServers {
             api.write_kubeconfig_with_token(path, name, &id)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         };
-        write(&self.members[ci], &files.member, &id);
+        write(member, &files.member, &id);
         write(&self.broker, &files.broker, "broker");
         files
     }
@@ -104,15 +127,40 @@ impl ApiServers {
     /// Member `ci`'s traffic so far.
     pub fn traffic(&self, ci: usize) -> MemberTraffic {
         let id = Layout::cluster(ci);
-        let of = |api: &FakeApiServer| api.traffic().remove(&id).unwrap_or_default();
         MemberTraffic {
-            own: of(&self.members[ci]),
-            broker: of(&self.broker),
+            own: self.members[ci].traffic().remove(&id).unwrap_or_default(),
+            broker: self.broker_traffic(&id),
         }
     }
 
-    /// Every member's traffic so far.
+    /// Cluster `id`'s traffic to the broker so far.
+    pub fn broker_traffic(&self, id: &str) -> Traffic {
+        self.broker.traffic().remove(id).unwrap_or_default()
+    }
+
+    /// Every running member's traffic so far.
     pub fn all_traffic(&self) -> Vec<MemberTraffic> {
         (0..self.members.len()).map(|ci| self.traffic(ci)).collect()
     }
+}
+
+/// A member cluster's API server, with the namespace of its leader Lease.
+async fn member_api() -> FakeApiServer {
+    let api = FakeApiServer::start().await;
+    api.set_request_log(false);
+    api.set_history_limit(HISTORY);
+    api.create_namespace(LEASE_NAMESPACE);
+    api
+}
+
+/// Loads cluster `ci`'s clusterset objects into `api`; the time it took.
+/// The load's history is dropped (compacted): clients start from a list anyway.
+fn load(api: &FakeApiServer, lay: &Layout, ci: usize) -> Duration {
+    let started = Instant::now();
+    for doc in lay.member_objects(ci) {
+        api.put_raw(doc.0)
+            .unwrap_or_else(|e| panic!("preloading {}: {e:?}", Layout::cluster(ci)));
+    }
+    api.compact();
+    started.elapsed()
 }

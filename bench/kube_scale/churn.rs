@@ -59,6 +59,8 @@ impl Churned {
 /// The churn source: which endpoint changes next and to what.
 pub struct Churn {
     lay: Layout,
+    /// Changes go to the running members' clusters `c1..c<running>`.
+    running: usize,
     /// Changes made so far, over every phase (addresses stay unique).
     next: u64,
     /// `(cluster, headless service)` whose endpoint 0 moved.
@@ -66,9 +68,10 @@ pub struct Churn {
 }
 
 impl Churn {
-    pub fn new(lay: Layout) -> Self {
+    pub fn new(lay: Layout, running: usize) -> Self {
         Self {
             lay,
+            running,
             next: 0,
             moved: BTreeSet::new(),
         }
@@ -99,10 +102,11 @@ impl Churn {
     }
 
     /// Change `n`: cluster, headless service, new address. Consecutive
-    /// changes go to different clusters and services far apart.
+    /// changes go to different running clusters and services far apart.
     fn target(&self, n: u64) -> (usize, usize, Ipv4Addr) {
-        let ci = (n % self.lay.clusters as u64) as usize;
-        let h = ((n / self.lay.clusters as u64) * 7919 % self.lay.headless as u64) as usize;
+        let clusters = self.running as u64;
+        let ci = (n % clusters) as usize;
+        let h = ((n / clusters) * 7919 % self.lay.headless as u64) as usize;
         (ci, h, Ipv4Addr::from(CHURN_BASE + n as u32))
     }
 

@@ -81,6 +81,11 @@ impl Layout {
         (j % 2 == 0).then(|| format!("hl-{h}-{j}"))
     }
 
+    /// EndpointSlices of each headless service in each cluster.
+    pub fn slices_per_headless(&self) -> usize {
+        self.endpoints.div_ceil(SLICE_MAX)
+    }
+
     /// EndpointSlice `s` of headless service `h` in cluster `ci`.
     pub fn slice_name(ci: usize, h: usize, s: usize) -> String {
         format!("hl-{h}-{}-{s}", Self::cluster(ci))
@@ -126,7 +131,10 @@ impl Layout {
     }
 }
 
-/// Export creation times differ per cluster, as in gen_clusterset.py.
+/// Export creation times differ per cluster, a day apart from 2026-01-10,
+/// as in gen_clusterset.py (past day 31 they go on into February and later).
 fn created(ci: usize) -> String {
-    format!("2026-01-{:02}T09:00:00Z", 10 + ci)
+    let first: jiff::Timestamp = "2026-01-10T09:00:00Z".parse().expect("a timestamp");
+    let at = first + jiff::SignedDuration::from_hours(24 * ci as i64);
+    at.to_string()
 }

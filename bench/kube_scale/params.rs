@@ -8,6 +8,11 @@ use crate::layout::Layout;
 
 pub struct Params {
     pub lay: Layout,
+    /// Members that run through every phase (`RUNNING`, default: every
+    /// cluster): clusters `c1..cR`. The others only publish beforehand
+    /// (`publish.rs`), `wave` at a time.
+    pub running: usize,
+    pub wave: usize,
     /// Names probed per kind.
     pub probes: usize,
     /// Each churn rate runs this long.
@@ -51,13 +56,22 @@ fn secs(name: &str, default: u64) -> Duration {
 impl Params {
     pub fn from_env() -> Self {
         let rates: String = env_or("CHURN_RATES", "10,100".to_owned());
+        let lay = Layout::new(
+            env_or("SERVICES", 100_000),
+            env_or("HEADLESS", 10_000),
+            env_or("ENDPOINTS", 34),
+            env_or("CLUSTERS", 3),
+        );
+        let running = env_or("RUNNING", lay.clusters);
+        assert!(
+            (2..=lay.clusters).contains(&running),
+            "RUNNING={running}: from 2 (a change needs another member to reach) to CLUSTERS={}",
+            lay.clusters
+        );
         Self {
-            lay: Layout::new(
-                env_or("SERVICES", 100_000),
-                env_or("HEADLESS", 10_000),
-                env_or("ENDPOINTS", 34),
-                env_or("CLUSTERS", 3),
-            ),
+            lay,
+            running,
+            wave: env_or("WAVE", 8).max(1),
             probes: env_or("PROBES", 20),
             churn: secs("CHURN_SECONDS", 30),
             rates: rates

@@ -21,7 +21,7 @@ const TICK: Duration = Duration::from_millis(200);
 /// How often a start not serving yet says what it still answers wrong.
 const SAY_EVERY: Duration = Duration::from_secs(30);
 /// A member stopping gracefully takes at most this long.
-const STOP_LIMIT: Duration = Duration::from_secs(30);
+pub const STOP_LIMIT: Duration = Duration::from_secs(30);
 /// etcd's default and largest recommended storage quotas.
 const ETCD_QUOTAS: [(&str, u64); 2] = [("2 GiB", 2 << 30), ("8 GiB", 8 << 30)];
 
@@ -240,6 +240,8 @@ pub async fn steady(apis: &ApiServers, members: &[MemberProcess], over: Duration
             "broker requests",
             "writes (leases aside)",
             "Lease writes",
+            "watch events (leases aside)",
+            "Lease watch events",
             "KiB down",
         ],
     );
@@ -253,6 +255,8 @@ pub async fn steady(apis: &ApiServers, members: &[MemberProcess], over: Duration
             per_min(t.broker.total(), over),
             per_min(t.work_writes(), over),
             per_min(t.liveness_writes(), over),
+            per_min(t.work_events(), over),
+            per_min(t.liveness_events(), over),
             per_min(down, over),
         ]);
     }
@@ -365,23 +369,40 @@ fn print_churn(phase: &ChurnPhase, elapsed: Duration) {
         c.lost
     );
     let mut table = Table::new(
-        &format!("Members during the churn at {}/s", phase.rate),
+        &format!(
+            "Members during the churn at {}/s (per change: over all {} changes, the member's \
+             own cluster's included)",
+            phase.rate, c.changes
+        ),
         &[
             "member",
             "CPU s",
             "CPU % of a core",
             "writes (leases aside)",
             "MiB down",
+            "watch events (leases aside)",
+            "per change: CPU ms",
+            "writes",
+            "watch events",
+            "KiB down",
         ],
     );
+    let per_change = |n: f64| n / c.changes.max(1) as f64;
     for s in &phase.members {
         let t = &s.traffic;
+        let down = t.own.response_bytes + t.broker.response_bytes;
+        let events = t.work_events();
         table.row(vec![
             s.id.clone(),
             format!("{:.1}", s.cpu_s),
             format!("{:.0}", 100.0 * s.cpu_s / elapsed.as_secs_f64()),
             t.work_writes().to_string(),
-            mib(t.own.response_bytes + t.broker.response_bytes),
+            mib(down),
+            events.to_string(),
+            format!("{:.2}", per_change(s.cpu_s * 1e3)),
+            format!("{:.2}", per_change(t.work_writes() as f64)),
+            format!("{:.2}", per_change(events as f64)),
+            format!("{:.2}", per_change(down as f64 / 1024.0)),
         ]);
     }
     table.print();

@@ -348,7 +348,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Some(code) => error_response(&ApiError::injected(code)),
         None => respond(&shared, route, &q, &accept, &content_type, &method, &body),
     };
-    Ok(resp.map(|b| shared.traffic.count_response(client, b)))
+    Ok(resp.map(|b| shared.traffic.count_response(client, verb, resource, b)))
 }
 
 /// The response to a routed request.

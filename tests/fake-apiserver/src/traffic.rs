@@ -29,6 +29,9 @@ pub struct Traffic {
     pub request_bytes: u64,
     /// Response body bytes, watch events included.
     pub response_bytes: u64,
+    /// Watch events sent by resource (plural; one line of a watch stream
+    /// each, bookmarks and the ERROR that ends an expired watch included).
+    pub watch_events: BTreeMap<String, u64>,
 }
 
 impl Traffic {
@@ -53,11 +56,12 @@ impl Traffic {
 
     /// Writes to resources other than these.
     pub fn writes_except(&self, plurals: &[&str]) -> u64 {
-        self.writes_by_resource
-            .iter()
-            .filter(|(plural, _)| !plurals.contains(&plural.as_str()))
-            .map(|(_, n)| n)
-            .sum()
+        sum_except(&self.writes_by_resource, plurals)
+    }
+
+    /// Watch events of resources other than these.
+    pub fn watch_events_except(&self, plurals: &[&str]) -> u64 {
+        sum_except(&self.watch_events, plurals)
     }
 
     /// What happened between `earlier` (a snapshot of the same client) and this.
@@ -68,22 +72,36 @@ impl Traffic {
             .map(|(verb, n)| (*verb, n - earlier.count(*verb)))
             .filter(|(_, n)| *n > 0)
             .collect();
-        let writes_by_resource = self
-            .writes_by_resource
-            .iter()
-            .map(|(plural, n)| {
-                let before = earlier.writes_by_resource.get(plural).copied();
-                (plural.clone(), n - before.unwrap_or(0))
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect();
         Traffic {
             requests,
-            writes_by_resource,
+            writes_by_resource: minus(&self.writes_by_resource, &earlier.writes_by_resource),
             request_bytes: self.request_bytes - earlier.request_bytes,
             response_bytes: self.response_bytes - earlier.response_bytes,
+            watch_events: minus(&self.watch_events, &earlier.watch_events),
         }
     }
+}
+
+/// The counts of resources other than `plurals`, summed.
+fn sum_except(by_resource: &BTreeMap<String, u64>, plurals: &[&str]) -> u64 {
+    by_resource
+        .iter()
+        .filter(|(plural, _)| !plurals.contains(&plural.as_str()))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `now` minus `earlier`, resource by resource (the ones left unchanged left out).
+fn minus(now: &BTreeMap<String, u64>, earlier: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    now.iter()
+        .map(|(plural, n)| {
+            (
+                plural.clone(),
+                n - earlier.get(plural).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// Every client's [`Traffic`], by bearer token ([`ANONYMOUS`] without one).
@@ -117,17 +135,37 @@ impl Accounting {
         t.request_bytes += body_bytes as u64;
     }
 
-    fn response(&self, client: &str, bytes: usize) {
+    /// Counts a response frame; `watched`: the resource of the watch it
+    /// is an event of.
+    fn response(&self, client: &str, bytes: usize, watched: Option<&str>) {
         let mut clients = self.clients.lock().unwrap();
-        clients.entry(client.to_owned()).or_default().response_bytes += bytes as u64;
+        let t = clients.entry(client.to_owned()).or_default();
+        t.response_bytes += bytes as u64;
+        if let Some(resource) = watched {
+            match t.watch_events.get_mut(resource) {
+                Some(n) => *n += 1,
+                None => {
+                    t.watch_events.insert(resource.to_owned(), 1);
+                }
+            }
+        }
     }
 
-    /// The response body, counting each frame's bytes for `client` as it is sent.
-    pub fn count_response(self: &Arc<Self>, client: String, body: Body) -> Body {
+    /// The response body, counting each frame's bytes for `client` as it is
+    /// sent (and, for a [`Verb::Watch`] of `resource`, each frame as one of
+    /// its watch events: the stream writes one event per frame).
+    pub fn count_response(
+        self: &Arc<Self>,
+        client: String,
+        verb: Verb,
+        resource: String,
+        body: Body,
+    ) -> Body {
         let this = self.clone();
+        let watched = (verb == Verb::Watch).then_some(resource);
         body.map_frame(move |frame: Frame<Bytes>| {
             if let Some(data) = frame.data_ref() {
-                this.response(&client, data.len());
+                this.response(&client, data.len(), watched.as_deref());
             }
             frame
         })

@@ -953,6 +953,10 @@ async fn traffic_per_client() {
         (1, 0, 0)
     );
     assert_eq!(w.response_bytes, listed.len() as u64);
+    assert!(
+        e.watch_events.is_empty() && w.watch_events.is_empty(),
+        "no watch yet"
+    );
     assert!(!traffic.contains_key(fake_apiserver::ANONYMOUS));
 
     // a watch's events are counted as they are streamed
@@ -973,6 +977,13 @@ async fn traffic_per_client() {
     let delta = fake_apiserver::traffic_since(&server.traffic(), &before);
     assert_eq!(delta["east"].count(Verb::Watch), 1);
     assert!(delta["east"].response_bytes > 100, "the DELETED event");
+    assert_eq!(
+        delta["east"].watch_events,
+        BTreeMap::from([("services".into(), 1)]),
+        "one event, the DELETED"
+    );
+    assert_eq!(delta["east"].watch_events_except(&["services"]), 0);
+    assert!(delta[fake_apiserver::ANONYMOUS].watch_events.is_empty());
     assert_eq!(delta[fake_apiserver::ANONYMOUS].count(Verb::Delete), 1);
     server.reset_traffic();
     assert!(server.traffic().values().all(|t| t.response_bytes < 100));
