@@ -12,6 +12,7 @@ use common::*;
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::RecordType::{A, AAAA, NS, SOA, SRV, TXT};
 use hickory_proto::rr::{DNSClass, LowerName, Name, RData, RecordType};
+use hickory_proto::serialize::binary::BinEncodable;
 
 /// East and west both export `web` (dual-stack) and `db` (headless); east
 /// alone exports the rest.
@@ -509,6 +510,39 @@ async fn big_answers_are_truncated_on_udp_and_whole_on_tcp() {
         "{len} bytes without EDNS"
     );
     assert!(plain.edns.is_none());
+}
+
+/// RFC 1035 §4.1.4: every record owned by the question's name has its owner
+/// written as a pointer to the question, the 121st and later too (past the
+/// 120 names hickory-proto compresses). A headless name of 3,500 endpoints
+/// (a headless service of 255 clusters × 14 pods) then answers whole over
+/// TCP in 16 bytes a record: written out in full, only about 1,500 fit the
+/// 64 KiB of a DNS message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_owner_of_a_huge_answer_points_at_the_question_rfc1035_4_1_4() {
+    const ENDPOINTS: usize = 3500;
+    let cs = Clusterset::new();
+    let huge = headless("shop", "huge", &["IPv4"]);
+    let mut docs = vec![huge.export(), huge];
+    for s in 0..ENDPOINTS / 100 {
+        let endpoints: Vec<Ep> = (0..100)
+            .map(|i| ep(&format!("10.4.{s}.{}", i + 1)))
+            .collect();
+        docs.push(slice("shop", &format!("huge-{s}"), "huge", &endpoints));
+    }
+    cs.write("east", "huge.yaml", &docs);
+    let server = start(cs.dir(), &[]).await;
+    let name = svc("huge.shop");
+    let asked = question(&name, A);
+    let bytes = tcp_raw(server.addr, &asked.to_vec().unwrap()).await;
+    let reply = Message::from_vec(&bytes).expect("a well-formed answer");
+    assert!(!reply.metadata.truncation, "whole over TCP");
+    assert_eq!(addresses(outcome(&reply)).len(), ENDPOINTS);
+    // Header, the question (name, type, class), then per record a 2-byte
+    // pointer, type, class, TTL, RDLENGTH and the 4-byte address: nothing
+    // is written out but the question.
+    let question_len = BinEncodable::to_bytes(&asked.queries[0]).unwrap().len();
+    assert_eq!(bytes.len(), 12 + question_len + ENDPOINTS * 16);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,17 @@
 //! Encodes a response message within a size limit. Records that do not fit
 //! are left out whole and TC is set, so the counts always match the sections
 //! (RFC 1035 §4.1, RFC 2181 §9); the OPT record of an EDNS query is kept
-//! however little else fits (RFC 6891 §7).
+//! however little else fits (RFC 6891 §7). A record owned by the question's
+//! name has its owner written as a pointer to the question (RFC 1035
+//! §4.1.4), however many records come before it: hickory-proto compresses
+//! only the first 120 names of a message (Unbound's limit against the cost
+//! of compression searches, CVE-2024-8508), which wrote every later owner
+//! out in full and held a headless answer over TCP to about 1,500 records
+//! instead of 4,000. Pointing at the question costs no search.
 
 use hickory_proto::ProtoError;
 use hickory_proto::op::{Edns, Header, Metadata, Query};
-use hickory_proto::rr::Record;
+use hickory_proto::rr::{Name, Record, RecordData};
 use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 
 /// The sections of a response to encode.
@@ -24,6 +30,9 @@ pub struct Sections<'a> {
 
 /// Byte 2 of the header: the TC flag.
 const TC: u8 = 0x02;
+/// A compression pointer to the question's name, right after the 12-byte
+/// header (RFC 1035 §4.1.1, §4.1.4).
+const QUESTION_POINTER: u16 = 0xC000 | 12;
 
 impl Sections<'_> {
     /// Encodes the message into at most `limit` bytes.
@@ -43,11 +52,12 @@ impl Sections<'_> {
         // Room for the OPT record is kept back while records are added.
         let room = usize::from(limit).saturating_sub(opt.len());
         encoder.set_max_size(u16::try_from(room).unwrap_or(u16::MAX));
-        let (answers, mut cut) = emit_whole(&mut encoder, self.answers)?;
+        let asked = self.query.map(Query::name);
+        let (answers, mut cut) = emit_whole(&mut encoder, self.answers, asked)?;
         let authorities = if cut {
             0
         } else {
-            let (count, authority_cut) = emit_whole(&mut encoder, self.authority)?;
+            let (count, authority_cut) = emit_whole(&mut encoder, self.authority, asked)?;
             cut = authority_cut;
             count
         };
@@ -101,10 +111,21 @@ fn emit_question(
     Ok((at, asked))
 }
 
-/// Emits the records that fit, in order; returns how many and whether some
-/// were left out.
-fn emit_whole(encoder: &mut BinEncoder<'_>, records: &[Record]) -> Result<(u16, bool), ProtoError> {
-    match encoder.emit_all(records.iter()) {
+/// Emits the records that fit, in order, the owners that are the question's
+/// name as a pointer to it; returns how many and whether some were left out.
+fn emit_whole(
+    encoder: &mut BinEncoder<'_>,
+    records: &[Record],
+    asked: Option<&Name>,
+) -> Result<(u16, bool), ProtoError> {
+    let wire: Vec<Wire<'_>> = records
+        .iter()
+        .map(|record| Wire {
+            record,
+            owner_is_question: asked == Some(&record.name),
+        })
+        .collect();
+    match encoder.emit_all(wire.iter()) {
         Ok(count) => Ok((u16::try_from(count).unwrap_or(u16::MAX), false)),
         Err(ProtoError::NotAllRecordsWritten { count, .. }) => {
             // The encoder rolled back to the end of the last whole record;
@@ -113,5 +134,36 @@ fn emit_whole(encoder: &mut BinEncoder<'_>, records: &[Record]) -> Result<(u16, 
             Ok((u16::try_from(count).unwrap_or(u16::MAX), true))
         }
         Err(error) => Err(error),
+    }
+}
+
+/// A record as it goes on the wire.
+struct Wire<'a> {
+    record: &'a Record,
+    /// Its owner is the question's name (compared as names are, ignoring
+    /// case; the question is written lower-cased at the pointer's target
+    /// first and in the case asked afterwards, the same length).
+    owner_is_question: bool,
+}
+
+impl BinEncodable for Wire<'_> {
+    /// As hickory-proto's `Record::emit` writes a record, with the owner
+    /// as [`QUESTION_POINTER`] when it is the question's name.
+    fn emit(&self, encoder: &mut BinEncoder<'_>) -> Result<(), ProtoError> {
+        let record = self.record;
+        if !self.owner_is_question {
+            return record.emit(encoder);
+        }
+        encoder.emit_u16(QUESTION_POINTER)?;
+        record.record_type().emit(encoder)?;
+        record.dns_class.emit(encoder)?;
+        encoder.emit_u32(record.ttl)?;
+        let length = encoder.place::<u16>()?;
+        if !record.data.is_update() {
+            record.data.emit(encoder)?;
+        }
+        let written = encoder.len_since_place(&length);
+        length.replace(encoder, u16::try_from(written).unwrap_or(u16::MAX))?;
+        Ok(())
     }
 }
