@@ -995,6 +995,49 @@ async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import
     }
 }
 
+/// KEP-1645 "Using EndpointSlice objects to track endpoints": the MCS
+/// EndpointSlices are the controller's, so an edit by someone else is
+/// written back, also when nothing the slice is built from changed since it
+/// was last written or compared (the writer skips slices whose inputs it
+/// already found them equal to; an edited one is a new version, compared
+/// again). Twice, so that the second edit meets a slice already matched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_mcs_slice_is_written_back() {
+    let set = KubeClusterset::three(&[]).await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    set.apply(
+        "east",
+        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
+    );
+    let east = BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])]);
+    let converged = || async {
+        eventually_within(
+            CONVERGE,
+            "east's MCS slice in north",
+            east.clone(),
+            || async { set.mcs_slices("north", "shop", "web") },
+        )
+        .await;
+    };
+    converged().await;
+    for edit in ["10.9.9.1", "10.9.9.2"] {
+        let slices = set.mcs_slice_objects("north", "shop", "web");
+        let [slice] = &slices[..] else {
+            panic!("one MCS slice in north: {slices:?}")
+        };
+        let mut edited = slice.clone();
+        for endpoint in edited.endpoints.iter_mut().flatten() {
+            endpoint.addresses = vec![edit.to_owned()];
+        }
+        set.member("north")
+            .api
+            .put(&edited)
+            .expect("edit the MCS slice");
+        assert_ne!(set.mcs_slices("north", "shop", "web"), east, "edited");
+        converged().await;
+    }
+}
+
 /// The ports of each source cluster's MCS slices of a service in a member:
 /// `(source cluster, port names)`.
 fn slice_ports(set: &KubeClusterset, id: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {

@@ -304,7 +304,7 @@ pub const SESSION_AFFINITIES: [&str; 2] = ["None", "ClientIP"];
 pub const TRAFFIC_POLICIES: [&str; 2] = ["Cluster", "Local"];
 
 /// One endpoint of an EndpointSlice.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Endpoint {
     /// Its address: the first of `addresses`, the only one Kubernetes gives a meaning to.
     pub address: IpAddr,
@@ -315,7 +315,7 @@ pub struct Endpoint {
 }
 
 /// The endpoints of one EndpointSlice.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SliceInfo {
     /// The endpoints, in slice order.
     pub endpoints: Vec<Endpoint>,

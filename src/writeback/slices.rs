@@ -3,12 +3,15 @@
 //! cluster, one set per exporting cluster, this one included (KEP-1645,
 //! "Using EndpointSlice objects to track endpoints").
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
+use super::version::fingerprint;
 use crate::engine::ClusterInputs;
 use crate::k8s::crd::EndpointSliceObjects;
 use crate::k8s::crd::v1alpha1::ServiceImport;
@@ -56,17 +59,100 @@ pub fn published(
         .collect()
 }
 
-/// The member's MCS EndpointSlices for one exporting cluster of an import,
-/// by name: `sources` (that cluster's published slices) with only the ports
-/// the cluster backs (KEP-1645 "Service Port": a data plane maps the import's
+/// One EndpointSlice this cluster writes, before it is built. Building and
+/// digesting every exporting cluster's slices of a service whenever one of
+/// them changed was three quarters of a member's CPU under churn at 255
+/// clusters (`bench/README.md`, "Kubernetes mode across clusters"): the
+/// writer compares [`Plan::recipe`] with the one the kept slice was last
+/// found equal to ([`Matched`]) and builds only where they differ.
+pub struct Plan<'a> {
+    /// The slice's name.
+    pub name: String,
+    key: &'a ServiceKey,
+    cluster: &'a str,
+    /// The source slice's name in its cluster.
+    source: &'a str,
+    slice: Cow<'a, SliceInfo>,
+    /// A member's MCS slice: owned by the local ServiceImport, in the
+    /// service's namespace. None: a broker slice.
+    owner: Option<&'a OwnerReference>,
+}
+
+impl Plan<'_> {
+    /// A fingerprint of everything the slice is built from: equal recipes
+    /// build equal slices.
+    pub fn recipe(&self) -> u64 {
+        let owner = self.owner.map(|o| (&o.uid, &o.name));
+        fingerprint(&(self.key, self.cluster, self.source, &*self.slice, owner))
+    }
+
+    /// The slice.
+    pub fn build(&self) -> EndpointSlice {
+        let (key, cluster) = (self.key, self.cluster);
+        let name = self.name.clone();
+        match self.owner {
+            Some(owner) => {
+                let namespace = Some(key.namespace.to_string());
+                let mut object = records::slice_object(name, namespace, key, cluster, &self.slice);
+                object.metadata.owner_references = Some(vec![owner.clone()]);
+                object
+            }
+            None => {
+                let mut object = records::slice_object(name, None, key, cluster, &self.slice);
+                kube::ResourceExt::annotations_mut(&mut object)
+                    .insert(records::ANNOTATION_SOURCE_SLICE.into(), self.source.into());
+                object
+            }
+        }
+    }
+}
+
+/// The recipe a kept slice was last found equal to (0: none yet). Kept with
+/// the slice's version in the writer's store, so a new version (someone
+/// else's edit included) starts unmatched and is compared in full.
+#[derive(Debug, Default)]
+pub struct Matched(AtomicU64);
+
+impl Matched {
+    /// Whether the kept slice was found equal to what `recipe` builds.
+    pub fn is(&self, recipe: u64) -> bool {
+        recipe != 0 && self.0.load(Ordering::Relaxed) == recipe
+    }
+
+    /// Notes that the kept slice is what `recipe` builds.
+    pub fn set(&self, recipe: u64) {
+        self.0.store(recipe, Ordering::Relaxed);
+    }
+}
+
+/// The broker slices of this cluster's export of `key` from its
+/// [`published`] slices.
+pub fn broker_plans<'a>(
+    key: &'a ServiceKey,
+    cluster: &'a str,
+    published: &'a [(String, Arc<SliceInfo>)],
+) -> impl Iterator<Item = Plan<'a>> + 'a {
+    published.iter().map(move |(source, slice)| Plan {
+        name: records::broker_slice_name(key, cluster, source),
+        key,
+        cluster,
+        source,
+        slice: Cow::Borrowed(&**slice),
+        owner: None,
+    })
+}
+
+/// The member's MCS EndpointSlices for one exporting cluster of an import:
+/// `sources` (that cluster's published slices) with only the ports the
+/// cluster backs (KEP-1645 "Service Port": a data plane maps the import's
 /// ports to endpoint ports by name, so a port defined differently must not
 /// appear), owned by the local ServiceImport so they go when it goes.
-pub fn member_slices<'a>(
+pub fn member_plans<'a>(
     key: &'a ServiceKey,
     cluster: &'a ImportCluster,
     sources: impl IntoIterator<Item = (&'a str, &'a Arc<SliceInfo>)> + 'a,
     owner: &'a OwnerReference,
-) -> impl Iterator<Item = (String, EndpointSlice)> + 'a {
+) -> impl Iterator<Item = Plan<'a>> + 'a {
     sources
         .into_iter()
         .filter(|(_, slice)| !slice.endpoints.is_empty())
@@ -74,26 +160,22 @@ pub fn member_slices<'a>(
             let backed = |p: &crate::model::port::ServicePort| {
                 names_backed_port(&cluster.ports, p.name.as_deref())
             };
-            let filtered;
             let slice = if slice.ports.iter().all(backed) {
-                &**slice
+                Cow::Borrowed(&**slice)
             } else {
-                filtered = SliceInfo {
+                Cow::Owned(SliceInfo {
                     endpoints: slice.endpoints.clone(),
                     ports: slice.ports.iter().filter(|p| backed(p)).cloned().collect(),
-                };
-                &filtered
+                })
             };
-            let name = records::mirror_slice_name(key, &cluster.cluster, source);
-            let mut object = records::slice_object(
-                name.clone(),
-                Some(key.namespace.to_string()),
+            Plan {
+                name: records::mirror_slice_name(key, &cluster.cluster, source),
                 key,
-                &cluster.cluster,
+                cluster: &cluster.cluster,
+                source,
                 slice,
-            );
-            object.metadata.owner_references = Some(vec![owner.clone()]);
-            (name, object)
+                owner: Some(owner),
+            }
         })
 }
 
@@ -133,6 +215,7 @@ mod tests {
     use crate::k8s::records::{LABEL_SLICE_MANAGED_BY, MANAGER};
     use crate::model::port::ServicePort;
     use crate::model::{ExportAge, Exported, ServiceSpec};
+    use crate::writeback::version::Owned;
 
     fn port(name: &str, port: i32) -> ServicePort {
         ServicePort {
@@ -282,7 +365,9 @@ mod tests {
         let empty = Arc::new(SliceInfo::default());
         let pods = pods();
         let sources = [("web-abc", &pods), ("web-empty", &empty)];
-        member_slices(&key, cluster, sources, &owner).collect()
+        member_plans(&key, cluster, sources, &owner)
+            .map(|plan| (plan.name.clone(), plan.build()))
+            .collect()
     }
 
     fn port_names(slice: &EndpointSlice) -> Vec<&str> {
@@ -351,5 +436,52 @@ mod tests {
         // Backing no port: the endpoints are kept, with no port.
         let slices = mirrored(&east(&[]));
         assert_eq!(port_names(&slices[0].1), Vec::<&str>::new());
+    }
+
+    /// A recipe stands for the slice it builds: equal for the same inputs,
+    /// different when anything that goes into the slice differs (its
+    /// endpoints, the ports the cluster backs, the owner's uid, broker or
+    /// member), so a kept slice matched to a recipe is what it would build.
+    #[test]
+    fn recipes_differ_where_the_built_slices_do() {
+        let key = ServiceKey::new("shop", "web");
+        let both = east(&[port("http", 80), port("metrics", 9090)]);
+        let pods = pods();
+        let moved = Arc::new(SliceInfo {
+            endpoints: vec![endpoint("10.1.0.5"), endpoint("10.1.0.7")],
+            ..(*pods).clone()
+        });
+        let member = |cluster: &ImportCluster, slice: &Arc<SliceInfo>, uid: &str| {
+            let owner = import_owner(&key, uid.into());
+            let plans: Vec<_> = member_plans(&key, cluster, [("web-abc", slice)], &owner)
+                .map(|p| (p.recipe(), p.build()))
+                .collect();
+            let [(recipe, slice)] = &plans[..] else {
+                panic!("one plan")
+            };
+            (*recipe, slice.owned_digest())
+        };
+        let published = [("web-abc".to_owned(), pods.clone())];
+        let broker: Vec<_> = broker_plans(&key, "east", &published)
+            .map(|p| (p.recipe(), p.build().owned_digest()))
+            .collect();
+        let cases = [
+            member(&both, &pods, "uid-1"),
+            member(&both, &moved, "uid-1"),
+            member(&east(&[port("http", 80)]), &pods, "uid-1"),
+            member(&both, &pods, "uid-2"),
+            broker[0],
+        ];
+        assert_eq!(member(&both, &pods, "uid-1"), cases[0], "the same inputs");
+        for (i, a) in cases.iter().enumerate() {
+            for b in &cases[i + 1..] {
+                assert_ne!(a.0, b.0, "recipes of different slices");
+                assert_ne!(a.1, b.1, "the slices differ");
+            }
+        }
+        let matched = Matched::default();
+        assert!(!matched.is(cases[0].0), "a kept slice starts unmatched");
+        matched.set(cases[0].0);
+        assert!(matched.is(cases[0].0) && !matched.is(cases[1].0));
     }
 }

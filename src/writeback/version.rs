@@ -4,7 +4,7 @@
 //! (hundreds of thousands), so the two strings are kept in their canonical
 //! binary form where they have one (see [`Token`]).
 
-use std::hash::{BuildHasher, Hasher as _};
+use std::hash::{BuildHasher, Hash, Hasher as _};
 use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -65,10 +65,13 @@ impl Owned for EndpointSlice {
     }
 }
 
+/// The seed of digests and fingerprints: random once per process, like the
+/// maps', so that nobody who can edit a written object can aim an edit at
+/// the digest the writer expects.
+static SEED: LazyLock<Hasher> = LazyLock::new(Hasher::default);
+
 /// A hash of a value's JSON form, stable within the process (foldhash: at a
 /// relist every object is digested, and SipHash was 6% of a restart's CPU).
-/// Seeded at random once per process, like the maps, so that nobody who can
-/// edit a written object can aim an edit at the digest the writer expects.
 fn digest(value: &impl Serialize) -> u64 {
     struct Feed(foldhash::fast::FoldHasher<'static>);
     impl std::io::Write for Feed {
@@ -80,10 +83,15 @@ fn digest(value: &impl Serialize) -> u64 {
             Ok(())
         }
     }
-    static SEED: LazyLock<Hasher> = LazyLock::new(Hasher::default);
     let mut feed = Feed(SEED.build_hasher());
     serde_json::to_writer(&mut feed, value).expect("Kubernetes objects serialize");
     feed.0.finish()
+}
+
+/// A hash of what an object is built from, stable within the process: far
+/// cheaper than building the object and taking its [`Owned::owned_digest`].
+pub fn fingerprint(value: &impl Hash) -> u64 {
+    SEED.hash_one(value)
 }
 
 /// One object as the writer needs it: enough to compare, to write with a

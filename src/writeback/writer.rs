@@ -12,7 +12,7 @@
 //!   that cluster backs (see [`super::slices`]), while the import exists and
 //!   the namespace does; and the ServiceExport's conditions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +32,7 @@ use serde_json::json;
 
 use super::api::is_code;
 use super::seen::{Keep, SeenStore};
-use super::slices;
+use super::slices::{self, Matched, Plan};
 use super::version::{Owned, Version, conditions_digest};
 use super::vip_claims::{self, ClaimError, Taken, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
@@ -57,11 +57,11 @@ pub struct Caches {
     /// with the VIPs a VIP record lists.
     pub broker_records: Arc<SeenStore<ServiceImport, Vec<IpAddr>>>,
     /// This cluster's EndpointSlices on the broker.
-    pub broker_slices: Arc<SeenStore<EndpointSlice, ()>>,
+    pub broker_slices: Arc<SeenStore<EndpointSlice, Matched>>,
     /// The ServiceImports this controller wrote in the local cluster.
     pub local_imports: Arc<SeenStore<ServiceImport, WrittenImport>>,
     /// The EndpointSlices this controller wrote in the local cluster.
-    pub local_slices: Arc<SeenStore<EndpointSlice, ()>>,
+    pub local_slices: Arc<SeenStore<EndpointSlice, Matched>>,
     /// The local cluster's ServiceExports, with their conditions' types,
     /// statuses and transition times (reasons and messages are in the digest).
     pub local_exports: Arc<SeenStore<ServiceExport, Vec<Transition>>>,
@@ -97,7 +97,7 @@ impl Caches {
             })),
             broker_slices: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(move |slice| {
-                    (source_cluster(slice) == Some(&*cluster)).then_some(())
+                    (source_cluster(slice) == Some(&*cluster)).then(Matched::default)
                 }),
                 service: |slice| labelled(&slice.metadata),
                 by_name: true,
@@ -118,7 +118,7 @@ impl Caches {
                 by_name: false,
             })),
             local_slices: Arc::new(SeenStore::new(Keep {
-                extract: Box::new(|_| Some(())),
+                extract: Box::new(|_| Some(Matched::default())),
                 service: |slice| labelled(&slice.metadata),
                 by_name: true,
             })),
@@ -382,17 +382,13 @@ impl Writer {
 
     async fn broker_slices(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
         let cluster = &self.settings.cluster;
-        let mut desired: BTreeMap<String, EndpointSlice> = BTreeMap::new();
-        if let Some((export, service, inputs)) = self.local_export(snapshot) {
-            for (source, info) in slices::published(export, service, inputs, self.settings.pod_ips)
-            {
-                let name = records::broker_slice_name(key, cluster, &source);
-                let mut slice = records::slice_object(name.clone(), None, key, cluster, &info);
-                kube::ResourceExt::annotations_mut(&mut slice)
-                    .insert(records::ANNOTATION_SOURCE_SLICE.into(), source);
-                desired.insert(name, slice);
-            }
-        }
+        let published = self
+            .local_export(snapshot)
+            .map(|(export, service, inputs)| {
+                slices::published(export, service, inputs, self.settings.pod_ips)
+            })
+            .unwrap_or_default();
+        let desired = slices::broker_plans(key, cluster, &published).collect();
         let namespace = &self.settings.broker_namespace;
         let api = Api::namespaced(self.broker.clone(), namespace);
         self.ensure_all(&api, namespace, key, desired, &self.caches.broker_slices)
@@ -580,21 +576,24 @@ impl Writer {
         import: Option<(&Import, String)>,
         snapshot: &Snapshot,
     ) -> Result<(), WriteError> {
-        let mut desired = BTreeMap::new();
-        if let Some((import, uid)) = import {
-            let owner = slices::import_owner(key, uid);
-            let own = self
-                .local_export(snapshot)
-                .map(|(export, service, inputs)| {
-                    slices::published(export, service, inputs, self.settings.pod_ips)
-                });
+        let own = self
+            .local_export(snapshot)
+            .map(|(export, service, inputs)| {
+                slices::published(export, service, inputs, self.settings.pod_ips)
+            })
+            .unwrap_or_default();
+        let owner = import
+            .as_ref()
+            .map(|(_, uid)| slices::import_owner(key, uid.clone()));
+        let mut desired = Vec::new();
+        if let (Some((import, _)), Some(owner)) = (&import, &owner) {
             for cluster in &import.clusters {
                 if cluster.cluster == self.settings.cluster {
-                    let sources = own.iter().flatten().map(|(n, s)| (n.as_str(), s));
-                    desired.extend(slices::member_slices(key, cluster, sources, &owner));
+                    let sources = own.iter().map(|(n, s)| (n.as_str(), s));
+                    desired.extend(slices::member_plans(key, cluster, sources, owner));
                 } else if let Some(inputs) = snapshot.inputs.get(&cluster.cluster) {
                     let sources = inputs.slices.iter().map(|(n, s)| (&**n, s));
-                    desired.extend(slices::member_slices(key, cluster, sources, &owner));
+                    desired.extend(slices::member_plans(key, cluster, sources, owner));
                 }
             }
         }
@@ -630,26 +629,40 @@ impl Writer {
     }
 
     /// Makes the slices of `key` in `cache` exactly `desired`: creates and
-    /// updates those, deletes the others.
+    /// updates those, deletes the others. A kept slice whose [`Matched`]
+    /// recipe is its plan's is not built again.
     async fn ensure_all(
         &self,
         api: &Api<EndpointSlice>,
         namespace: &str,
         key: &ServiceKey,
-        desired: BTreeMap<String, EndpointSlice>,
-        cache: &SeenStore<EndpointSlice, ()>,
+        desired: Vec<Plan<'_>>,
+        cache: &SeenStore<EndpointSlice, Matched>,
     ) -> Result<(), WriteError> {
-        let actual = |name: &str| cache.get(namespace, name).map(|s| s.version.clone());
+        let wanted: HashSet<&str> = desired.iter().map(|p| p.name.as_str()).collect();
         for name in cache
             .names(key)
             .iter()
-            .filter(|n| !desired.contains_key(*n))
+            .filter(|n| !wanted.contains(n.as_str()))
         {
-            self.ensure(api, name, None, actual(name)).await?;
+            let actual = cache.get(namespace, name).map(|s| s.version.clone());
+            self.ensure(api, name, None, actual).await?;
         }
-        for (name, slice) in desired {
-            let current = actual(&name);
-            self.ensure(api, &name, Some(slice), current).await?;
+        for plan in &desired {
+            let kept = cache.get(namespace, &plan.name);
+            let recipe = plan.recipe();
+            if kept.as_ref().is_some_and(|k| k.extract.is(recipe)) {
+                continue;
+            }
+            let slice = plan.build();
+            if let Some(kept) = &kept
+                && slice.owned_digest() == kept.version.digest
+            {
+                kept.extract.set(recipe);
+                continue;
+            }
+            let actual = kept.map(|k| k.version.clone());
+            self.ensure(api, &plan.name, Some(slice), actual).await?;
         }
         Ok(())
     }
