@@ -1038,6 +1038,62 @@ async fn an_edited_mcs_slice_is_written_back() {
     }
 }
 
+/// A restarted member writes nothing it already wrote, also when the watch
+/// of its MCS EndpointSlices lists late (two failed lists, about two seconds
+/// of the watcher's backoff, after its first sync): before that list, the
+/// kept slices would look missing and be created again, each answered 409
+/// and read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_creates_nothing_it_wrote_before() {
+    let mut set = KubeClusterset::three(&[]).await;
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    set.apply(
+        "east",
+        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
+    );
+    let east = BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])]);
+    eventually_within(
+        CONVERGE,
+        "east's MCS slice in north",
+        east.clone(),
+        || async { set.mcs_slices("north", "shop", "web") },
+    )
+    .await;
+    let north = 1;
+    set.stop_replica(north, 0).await;
+    let api = &set.member("north").api;
+    api.fail_requests_matching(2, 500, |r| {
+        r.verb == fake_apiserver::Verb::List
+            && r.resource == "endpointslices"
+            && r.query.contains("managed-by")
+    });
+    api.reset_requests();
+    set.add_replica(north).await;
+    let api = &set.member("north").api;
+    eventually_within(CONVERGE, "the slices' lists failed", 0, || async {
+        api.pending_failures()
+    })
+    .await;
+    eventually_within(CONVERGE, "north listed its slices", true, || async {
+        api.requests().iter().any(|r| {
+            r.verb == fake_apiserver::Verb::Watch
+                && r.resource == "endpointslices"
+                && r.query.contains("managed-by")
+        })
+    })
+    .await;
+    // Long enough for the writers to go through north's services.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let created: Vec<String> = api
+        .requests()
+        .iter()
+        .filter(|r| r.verb == fake_apiserver::Verb::Create)
+        .map(|r| format!("{} {:?}", r.resource, r.injected_failure))
+        .collect();
+    assert_eq!(created, Vec::<String>::new(), "nothing created again");
+    assert_eq!(set.mcs_slices("north", "shop", "web"), east);
+}
+
 /// The ports of each source cluster's MCS slices of a service in a member:
 /// `(source cluster, port names)`.
 fn slice_ports(set: &KubeClusterset, id: &str, service: &str) -> BTreeSet<(String, Vec<String>)> {

@@ -49,6 +49,8 @@ const CANDIDATES: usize = 64;
 /// How long a member other than the oldest export's cluster leaves the
 /// claiming of missing VIPs to that cluster (see [`Writer::waits`]).
 const DEFER: Duration = Duration::from_secs(5);
+/// How long a service waits for the first lists of the written objects.
+const UNLISTED_WAIT: Duration = Duration::from_millis(200);
 
 /// What the writer compares against, kept from watches (see [`super::seen`]).
 #[derive(Clone)]
@@ -224,8 +226,9 @@ pub enum WriteError {
     /// VIPs could not be settled.
     #[error(transparent)]
     Vips(#[from] ClaimError),
-    /// The oldest export's cluster claims the VIPs: try again after this.
-    #[error("waiting {0:?} for the oldest export's cluster to claim the VIPs")]
+    /// Not yet, try again after this: the oldest export's cluster claims
+    /// the VIPs, or the stores of written objects are not listed yet.
+    #[error("not yet: trying again in {0:?}")]
     Waiting(Duration),
 }
 
@@ -279,6 +282,12 @@ impl Writer {
             // The engine learns the VIPs from the record's watch event, which
             // queues the service again; writing the import now would drop them.
             return Ok(());
+        }
+        if !(self.caches.local_imports.listed() && self.caches.local_slices.listed()) {
+            // Compared with a store its first list has not filled, every
+            // object this controller wrote would look missing and be
+            // created again (answered 409 and read back) after a restart.
+            return Err(WriteError::Waiting(UNLISTED_WAIT));
         }
         let import = snapshot
             .aggregate
