@@ -885,12 +885,7 @@ async fn the_cluster_id_comes_from_the_cluster_property() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import() {
     let set = KubeClusterset::three(&[]).await;
-    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
-    set.apply(
-        "east",
-        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
-    );
-    let east = BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])]);
+    let east = export_web_from_east(&set);
     for id in ALL {
         eventually_within(
             CONVERGE,
@@ -1004,22 +999,8 @@ async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_mcs_slice_is_written_back() {
     let set = KubeClusterset::three(&[]).await;
-    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
-    set.apply(
-        "east",
-        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
-    );
-    let east = BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])]);
-    let converged = || async {
-        eventually_within(
-            CONVERGE,
-            "east's MCS slice in north",
-            east.clone(),
-            || async { set.mcs_slices("north", "shop", "web") },
-        )
-        .await;
-    };
-    converged().await;
+    let east = export_web_from_east(&set);
+    north_mirrors(&set, &east).await;
     for edit in ["10.9.9.1", "10.9.9.2"] {
         let slices = set.mcs_slice_objects("north", "shop", "web");
         let [slice] = &slices[..] else {
@@ -1034,7 +1015,7 @@ async fn an_edited_mcs_slice_is_written_back() {
             .put(&edited)
             .expect("edit the MCS slice");
         assert_ne!(set.mcs_slices("north", "shop", "web"), east, "edited");
-        converged().await;
+        north_mirrors(&set, &east).await;
     }
 }
 
@@ -1046,19 +1027,8 @@ async fn an_edited_mcs_slice_is_written_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_member_creates_nothing_it_wrote_before() {
     let mut set = KubeClusterset::three(&[]).await;
-    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
-    set.apply(
-        "east",
-        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
-    );
-    let east = BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])]);
-    eventually_within(
-        CONVERGE,
-        "east's MCS slice in north",
-        east.clone(),
-        || async { set.mcs_slices("north", "shop", "web") },
-    )
-    .await;
+    let east = export_web_from_east(&set);
+    north_mirrors(&set, &east).await;
     let north = 1;
     set.stop_replica(north, 0).await;
     let api = &set.member("north").api;
@@ -1092,6 +1062,28 @@ async fn a_restarted_member_creates_nothing_it_wrote_before() {
         .collect();
     assert_eq!(created, Vec::<String>::new(), "nothing created again");
     assert_eq!(set.mcs_slices("north", "shop", "web"), east);
+}
+
+/// East exports ClusterIP `shop/web` with one pod, 10.1.5.5: the MCS slices
+/// every member should then have, `(source cluster, addresses)`.
+fn export_web_from_east(set: &KubeClusterset) -> BTreeSet<(String, Vec<String>)> {
+    set.apply("east", cluster_ip("shop", "web", &["10.1.0.10"]).exported());
+    set.apply(
+        "east",
+        [slice("shop", "web-east", "web", &[ep("10.1.5.5")])],
+    );
+    BTreeSet::from([("east".to_owned(), vec!["10.1.5.5".to_owned()])])
+}
+
+/// Waits until north's MCS slices of `shop/web` are `expected`.
+async fn north_mirrors(set: &KubeClusterset, expected: &BTreeSet<(String, Vec<String>)>) {
+    eventually_within(
+        CONVERGE,
+        "the MCS slices in north",
+        expected.clone(),
+        || async { set.mcs_slices("north", "shop", "web") },
+    )
+    .await;
 }
 
 /// The ports of each source cluster's MCS slices of a service in a member:
