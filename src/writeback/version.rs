@@ -16,6 +16,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::api::delete_if_at;
+use crate::k8s::crd::ServiceImportStatus;
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
 use crate::k8s::records::{LABEL_MANAGED_BY, LABEL_SLICE_MANAGED_BY, MANAGER};
 use crate::model::Hasher;
@@ -63,6 +64,12 @@ impl Owned for EndpointSlice {
             &meta.annotations,
         ))
     }
+}
+
+/// The digest of a ServiceImport status, to compare a new one with one
+/// written before.
+pub fn status_digest(status: &ServiceImportStatus) -> u64 {
+    digest(status)
 }
 
 /// The seed of digests and fingerprints: random once per process, like the

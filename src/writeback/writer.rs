@@ -33,15 +33,15 @@ use serde_json::json;
 use super::api::is_code;
 use super::seen::{Keep, SeenStore};
 use super::slices::{self, Matched, Plan};
-use super::version::{Owned, Version, conditions_digest};
+use super::version::{Owned, Version, conditions_digest, status_digest};
 use super::vip_claims::{self, ClaimError, Taken, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
-use crate::k8s::crd::{ClusterStatus, ServiceImportStatus};
+use crate::k8s::crd::{ClusterStatus, EndpointSliceObjects, ServiceImportStatus};
 use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER, Role, source_cluster};
 use crate::model::conditions::{CONFLICT, Condition, READY, VALID};
 use crate::model::import::{Aggregate, Import};
-use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind};
+use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind, shared_name};
 use crate::ops::metrics::Metrics;
 
 /// How many VIP candidates per family a claim round tries.
@@ -66,7 +66,7 @@ pub struct Caches {
     pub local_slices: Arc<SeenStore<EndpointSlice, Matched>>,
     /// The local cluster's ServiceExports, with their conditions' types,
     /// statuses and transition times (reasons and messages are in the digest).
-    pub local_exports: Arc<SeenStore<ServiceExport, Vec<Transition>>>,
+    pub local_exports: Arc<SeenStore<ServiceExport, Box<[Transition]>>>,
     /// The local cluster's namespaces.
     pub namespaces: Store<Namespace>,
     /// The VIP claims on the broker, by the service holding each.
@@ -74,12 +74,40 @@ pub struct Caches {
 }
 
 /// What the writer reads of a ServiceImport it wrote, besides its version.
+/// Kept for every import of the clusterset, so not its status but what a
+/// new status needs of it and a digest to compare with (a copy of each
+/// status, with its cluster list and conditions, was the largest part of
+/// the writer's stores: `bench/README.md`).
 #[derive(Debug)]
 pub struct WrittenImport {
     /// Its VIPs (kept when the broker loses its records).
-    pub ips: Vec<IpAddr>,
-    /// Its status.
-    pub status: ServiceImportStatus,
+    pub ips: Box<[IpAddr]>,
+    /// The first of its `status.clusters`: the oldest export's cluster.
+    pub oldest: Option<ClusterId>,
+    /// Its status conditions' types, statuses and transition times.
+    pub transitions: Box<[Transition]>,
+    /// Its `status.endpointSliceObjects`, as read.
+    pub slice_objects: Option<EndpointSliceObjects>,
+    /// [`status_digest`] of its status as read.
+    pub status: u64,
+}
+
+impl WrittenImport {
+    fn of(import: &ServiceImport) -> Self {
+        let status = import.status.clone().unwrap_or_default();
+        let ips = import.spec.ips.iter().filter_map(|ip| ip.parse().ok());
+        Self {
+            ips: ips.collect(),
+            oldest: status.clusters.first().map(|c| shared_name(&c.cluster)),
+            transitions: status
+                .conditions
+                .iter()
+                .filter_map(Transition::of)
+                .collect(),
+            slice_objects: status.endpoint_slice_objects,
+            status: status_digest(&status),
+        }
+    }
 }
 
 impl Caches {
@@ -105,17 +133,7 @@ impl Caches {
                 by_name: true,
             })),
             local_imports: Arc::new(SeenStore::new(Keep {
-                extract: Box::new(|import: &ServiceImport| {
-                    Some(WrittenImport {
-                        ips: import
-                            .spec
-                            .ips
-                            .iter()
-                            .filter_map(|ip| ip.parse().ok())
-                            .collect(),
-                        status: import.status.clone().unwrap_or_default(),
-                    })
-                }),
+                extract: Box::new(|import: &ServiceImport| Some(WrittenImport::of(import))),
                 service: |import| named(&import.metadata),
                 by_name: false,
             })),
@@ -328,7 +346,7 @@ impl Writer {
             .caches
             .local_imports
             .get(&key.namespace, &key.name)
-            .map(|i| i.extract.ips.clone())
+            .map(|i| i.extract.ips.to_vec())
             .unwrap_or_default();
         let candidates = needs
             .into_iter()
@@ -468,8 +486,7 @@ impl Writer {
         let carried = written
             .as_ref()
             .filter(|w| !w.extract.ips.is_empty())
-            .and_then(|w| w.extract.status.clusters.first())
-            .map(|c| c.cluster.as_str());
+            .and_then(|w| w.extract.oldest.as_deref());
         let oldest = carried.or_else(|| Some(&*import.clusters.first()?.cluster))?;
         if oldest == &*self.settings.cluster {
             return None;
@@ -530,10 +547,7 @@ impl Writer {
         let Some(import) = import else {
             return Ok(uid);
         };
-        let old = actual
-            .as_ref()
-            .map(|a| a.extract.status.clone())
-            .unwrap_or_default();
+        let old = actual.as_ref().map(|a| &a.extract);
         let status = ServiceImportStatus {
             clusters: import
                 .clusters
@@ -544,19 +558,16 @@ impl Writer {
                 .collect(),
             conditions: conditions(
                 std::slice::from_ref(&*import.ready),
-                &old.conditions
-                    .iter()
-                    .filter_map(Transition::of)
-                    .collect::<Vec<_>>(),
+                old.map(|o| &*o.transitions).unwrap_or_default(),
             ),
             endpoint_slice_objects: Some(slices::ENDPOINT_SLICE_OBJECTS),
         };
         let mut compared = status.clone();
         if self.slice_objects_dropped.load(Ordering::Relaxed) {
             // What the local CRD cannot keep is no difference.
-            compared.endpoint_slice_objects = old.endpoint_slice_objects;
+            compared.endpoint_slice_objects = old.and_then(|o| o.slice_objects);
         }
-        if actual.is_none() || compared != old {
+        if old.is_none_or(|o| status_digest(&compared) != o.status) {
             // Spelled out: a merge patch must carry an emptied list (every
             // exporting cluster dead) as `[]`, which serde would leave out.
             let patch = json!({
