@@ -196,7 +196,7 @@ fn broker_view(records: &[ServiceImport], claims: Vec<(String, String)>) -> Brok
         let Some((key, cluster)) = records::labelled_service(&record.metadata) else {
             continue;
         };
-        let (namespace, name) = (key.namespace.to_string(), key.name.to_string());
+        let (namespace, name) = (key.namespace().to_string(), key.name().to_string());
         match records::role(record) {
             Some(Role::Export) => view.export_records.push(ExportRecordRow {
                 namespace,

@@ -93,7 +93,7 @@ fn report(
 }
 
 fn names(key: &ServiceKey) -> (&str, &str) {
-    (&key.namespace, &key.name)
+    (key.namespace(), key.name())
 }
 
 fn text(report: &Report<'_>) -> String {

@@ -232,10 +232,9 @@ impl Engine {
         if !moved.is_empty() {
             // Services of a namespace that came or went are shown or hidden
             // as they are (no reconcile: their inputs did not change).
-            let untouched = self
-                .results
-                .iter()
-                .filter(|(k, _)| moved.contains(&k.namespace) && touched.binary_search(k).is_err());
+            let untouched = self.results.iter().filter(|(k, _)| {
+                moved.contains(k.namespace()) && touched.binary_search(k).is_err()
+            });
             updates.extend(untouched.map(|(k, r)| (k.clone(), self.served(k, r.import.clone()))));
         }
         updates.extend(touched.into_iter().filter_map(|key| {
@@ -243,7 +242,7 @@ impl Engine {
             let before = self.served(&key, before);
             let after = self.reconcile(&key);
             let after = self.served(&key, after);
-            (before != after || moved.contains(&key.namespace)).then_some((key, after))
+            (before != after || moved.contains(key.namespace())).then_some((key, after))
         }));
         updates
     }
@@ -280,7 +279,7 @@ impl Engine {
         let present = self
             .namespaces
             .as_ref()
-            .is_none_or(|n| n.contains(&key.namespace));
+            .is_none_or(|n| n.contains(key.namespace()));
         import.filter(|_| present)
     }
 

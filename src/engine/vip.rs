@@ -356,7 +356,7 @@ impl PoolSpan {
 
 /// FNV-1a over `<namespace>/<name>/<family>`: fixed for ever, unlike std's hasher.
 fn stable_hash(key: &ServiceKey, family: IpFamily) -> u64 {
-    let text = format!("{}/{}/{}", key.namespace, key.name, family);
+    let text = format!("{}/{}/{}", key.namespace(), key.name(), family);
     crate::model::stable_hash(text.bytes())
 }
 
@@ -452,7 +452,7 @@ mod tests {
         assert!(!c.take_dirty(), "a clean restore has nothing to save");
         assert_eq!(b.ensure(&key("y"), &[IPv4]).unwrap(), vec![y]);
         assert_eq!(b.ensure(&key("x"), &[IPv4]).unwrap(), vec![x]);
-        b.retain(|k| k.name.as_ref() == "x");
+        b.retain(|k| k.name().as_ref() == "x");
         assert_eq!(b.allocations(), vec![(key("x"), x)]);
     }
 }

@@ -148,8 +148,8 @@ pub fn explain(engine: &Engine, index: &Index, name: &Name, rtype: RecordType) -
         rtype: rtype.to_string(),
         name_kind: name_kind(&index.lookup(&lower)),
         service: key.map(|k| ServiceRef {
-            namespace: k.namespace.to_string(),
-            name: k.name.to_string(),
+            namespace: k.namespace().to_string(),
+            name: k.name().to_string(),
         }),
         import: import.as_deref().map(summary),
         clusters,

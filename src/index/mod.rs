@@ -317,10 +317,10 @@ impl Index {
     }
 
     fn replace(&self, key: &ServiceKey, import: Option<Arc<Import>>) {
-        let map_key = format!("{}.{}", key.name, key.namespace)
+        let map_key = format!("{}.{}", key.name(), key.namespace())
             .to_ascii_lowercase()
             .into_boxed_str();
-        let namespace: Box<str> = key.namespace.to_ascii_lowercase().into();
+        let namespace: Box<str> = key.namespace().to_ascii_lowercase().into();
         let service = records_name(&self.zone, &format!("{map_key}.svc"));
         let Some(import) = import else {
             if let Some((_, old)) = self.services.remove(&map_key) {

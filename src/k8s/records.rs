@@ -94,10 +94,10 @@ struct ExportExtras {
 fn service_labels(key: &ServiceKey, cluster: Option<&str>) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
         (LABEL_MANAGED_BY.to_owned(), MANAGER.to_owned()),
-        (LABEL_MCS_SERVICE_NAME.to_owned(), key.name.to_string()),
+        (LABEL_MCS_SERVICE_NAME.to_owned(), key.name().to_string()),
         (
             LABEL_SERVICE_NAMESPACE.to_owned(),
-            key.namespace.to_string(),
+            key.namespace().to_string(),
         ),
     ]);
     if let Some(cluster) = cluster {
@@ -131,12 +131,12 @@ pub fn role(import: &ServiceImport) -> Option<Role> {
 
 /// Name of a cluster's export record on the broker.
 pub fn export_record_name(key: &ServiceKey, cluster: &str) -> String {
-    format!("{}.{}.{cluster}", key.name, key.namespace)
+    format!("{}.{}.{cluster}", key.name(), key.namespace())
 }
 
 /// Name of a service's VIP agreement on the broker.
 pub fn vip_record_name(key: &ServiceKey) -> String {
-    format!("{}.{}", key.name, key.namespace)
+    format!("{}.{}", key.name(), key.namespace())
 }
 
 /// A name made of a readable prefix and a hash of `parts`, within the
@@ -150,14 +150,14 @@ pub fn hashed_name(prefix: &str, parts: &[&str]) -> String {
 /// Name of the broker copy of a cluster's EndpointSlice.
 pub fn broker_slice_name(key: &ServiceKey, cluster: &str, slice: &str) -> String {
     hashed_name(
-        &format!("{}-{}", key.name, key.namespace),
-        &[cluster, &key.namespace, slice],
+        &format!("{}-{}", key.name(), key.namespace()),
+        &[cluster, key.namespace(), slice],
     )
 }
 
 /// Name of a member's MCS EndpointSlice copying a cluster's published slice.
 pub fn mirror_slice_name(key: &ServiceKey, cluster: &str, slice: &str) -> String {
-    hashed_name(&format!("{}-{cluster}", key.name), &[cluster, slice])
+    hashed_name(&format!("{}-{cluster}", key.name()), &[cluster, slice])
 }
 
 /// A cluster's export record for the broker, from its export and Service.

@@ -58,24 +58,92 @@ pub type Ips = SmallVec<[IpAddr; 1]>;
 pub type ClusterId = Arc<str>;
 
 /// The namespace and name that make exports of several clusters one service.
+///
+/// One pointer to the process-wide copy of the pair ([`ServiceKey::new`]):
+/// every fact, store, map and queue entry of a clusterset names a service,
+/// millions of keys at 110k services, where two shared strings took four
+/// words each (`bench/README.md`). Compared, hashed, ordered and serialized
+/// by the names, as the pair was.
+#[derive(Clone)]
+pub struct ServiceKey(Arc<KeyNames>);
+
+/// What a [`ServiceKey`] points at.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ServiceKey {
+struct KeyNames {
     /// Namespace of the Service and ServiceExport.
-    pub namespace: Arc<str>,
+    namespace: Arc<str>,
     /// Name of the Service and ServiceExport.
-    pub name: Arc<str>,
+    name: Arc<str>,
 }
 
 impl ServiceKey {
-    /// Builds a key from a namespace and a name, both shared ([`shared_name`]):
-    /// in Kubernetes mode each watch, fact tracker and writer store builds
-    /// keys of its own, and at clusterset scale separate copies of the same
-    /// strings cost tens of MiB (`bench/README.md`).
+    /// The key of service `name` in `namespace`: the process-wide copy, whose
+    /// strings are shared too ([`shared_name`]).
     pub fn new(namespace: &str, name: &str) -> Self {
-        Self {
+        static KEYS: LazyLock<Mutex<Interner<KeyNames>>> = LazyLock::new(Default::default);
+        let names = KeyNames {
             namespace: shared_name(namespace),
             name: shared_name(name),
-        }
+        };
+        Self(share(&KEYS, names))
+    }
+
+    /// Namespace of the Service and ServiceExport.
+    pub fn namespace(&self) -> &Arc<str> {
+        &self.0.namespace
+    }
+
+    /// Name of the Service and ServiceExport.
+    pub fn name(&self) -> &Arc<str> {
+        &self.0.name
+    }
+}
+
+impl PartialEq for ServiceKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for ServiceKey {}
+
+impl std::hash::Hash for ServiceKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl PartialOrd for ServiceKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ServiceKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
+impl fmt::Debug for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceKey")
+            .field("namespace", self.namespace())
+            .field("name", self.name())
+            .finish()
+    }
+}
+
+impl Serialize for ServiceKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ServiceKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let names = KeyNames::deserialize(deserializer)?;
+        Ok(Self::new(&names.namespace, &names.name))
     }
 }
 
@@ -89,7 +157,7 @@ pub fn shared_name(s: &str) -> Arc<str> {
 
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        write!(f, "{}/{}", self.namespace(), self.name())
     }
 }
 
@@ -409,15 +477,44 @@ impl Change {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::BuildHasher;
 
     #[test]
     fn keys_share_their_strings() {
         let a = ServiceKey::new("shop", "web");
         let b = ServiceKey::new("shop", "db");
         let c = ServiceKey::new("bank", "web");
-        assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
-        assert!(Arc::ptr_eq(&a.name, &c.name));
-        assert_eq!((&*c.namespace, &*c.name), ("bank", "web"));
+        assert!(Arc::ptr_eq(a.namespace(), b.namespace()));
+        assert!(Arc::ptr_eq(a.name(), c.name()));
+        assert_eq!((&**c.namespace(), &**c.name()), ("bank", "web"));
         assert!(Arc::ptr_eq(&shared_name("east"), &shared_name("east")));
+    }
+
+    /// A key is one pointer to the one copy of its pair, and behaves as the
+    /// pair: equal, hashed, ordered and serialized by namespace then name.
+    #[test]
+    fn a_key_is_one_pointer_that_behaves_as_its_names() {
+        assert_eq!(std::mem::size_of::<ServiceKey>(), 8);
+        assert_eq!(std::mem::size_of::<Option<ServiceKey>>(), 8);
+        let a = ServiceKey::new("shop", "web");
+        assert!(Arc::ptr_eq(&a.0, &ServiceKey::new("shop", "web").0));
+        let hasher = Hasher::default();
+        let pair = KeyNames {
+            namespace: "shop".into(),
+            name: "web".into(),
+        };
+        assert_eq!(hasher.hash_one(&a), hasher.hash_one(&pair));
+        let mut keys = [
+            ServiceKey::new("shop", "web"),
+            ServiceKey::new("bank", "zeta"),
+            ServiceKey::new("shop", "api"),
+        ];
+        keys.sort();
+        let names: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["bank/zeta", "shop/api", "shop/web"]);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, r#"{"namespace":"shop","name":"web"}"#);
+        let read: ServiceKey = serde_json::from_str(&json).unwrap();
+        assert!(Arc::ptr_eq(&read.0, &a.0));
     }
 }

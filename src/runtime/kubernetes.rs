@@ -310,7 +310,11 @@ impl Controller {
             if let Event::Apply(ns) = event {
                 let name = ns.name_any();
                 let pipeline = pipeline.lock().unwrap_or_else(|e| e.into_inner());
-                for key in pipeline.engine().keys().filter(|k| *k.namespace == *name) {
+                for key in pipeline
+                    .engine()
+                    .keys()
+                    .filter(|k| **k.namespace() == *name)
+                {
                     queue.add(key.clone());
                 }
             }

@@ -3,13 +3,11 @@
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::model::ServiceKey;
-use crate::model::intern::Interner;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct StateFile<V> {
@@ -29,8 +27,8 @@ struct Entries<'a>(&'a [(ServiceKey, IpAddr)]);
 impl Serialize for Entries<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.iter().map(|(key, ip)| Entry {
-            namespace: &*key.namespace,
-            name: &*key.name,
+            namespace: key.namespace(),
+            name: key.name(),
             ip: *ip,
         }))
     }
@@ -45,19 +43,10 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
     };
     let state: StateFile<Vec<Entry<String>>> = serde_json::from_str(&text)
         .with_context(|| format!("VIP state {} is not valid", path.display()))?;
-    // Namespaces repeat: keep one copy of each.
-    let mut namespaces: Interner<str> = Interner::default();
     Ok(state
         .vips
         .into_iter()
-        .map(|e| {
-            let namespace = namespaces.get(&e.namespace, || Arc::from(e.namespace.as_str()));
-            let key = ServiceKey {
-                namespace,
-                name: e.name.into(),
-            };
-            (key, e.ip)
-        })
+        .map(|e| (ServiceKey::new(&e.namespace, &e.name), e.ip))
         .collect())
 }
 

@@ -92,7 +92,7 @@ impl Plan<'_> {
         let name = self.name.clone();
         match self.owner {
             Some(owner) => {
-                let namespace = Some(key.namespace.to_string());
+                let namespace = Some(key.namespace().to_string());
                 let mut object = records::slice_object(name, namespace, key, cluster, &self.slice);
                 object.metadata.owner_references = Some(vec![owner.clone()]);
                 object
@@ -195,7 +195,7 @@ pub fn import_owner(key: &ServiceKey, uid: String) -> OwnerReference {
     OwnerReference {
         api_version: ServiceImport::api_version(&()).into_owned(),
         kind: ServiceImport::kind(&()).into_owned(),
-        name: key.name.to_string(),
+        name: key.name().to_string(),
         uid,
         ..OwnerReference::default()
     }

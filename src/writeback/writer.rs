@@ -314,7 +314,7 @@ impl Writer {
         let namespace_exists = self
             .caches
             .namespaces
-            .get(&ObjectRef::new(&key.namespace))
+            .get(&ObjectRef::new(key.namespace()))
             .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none());
         let import = import.filter(|_| namespace_exists);
         let uid = self.local_import(key, import).await?;
@@ -345,7 +345,7 @@ impl Writer {
         let previous: Vec<IpAddr> = self
             .caches
             .local_imports
-            .get(&key.namespace, &key.name)
+            .get(key.namespace(), key.name())
             .map(|i| i.extract.ips.to_vec())
             .unwrap_or_default();
         let candidates = needs
@@ -482,7 +482,7 @@ impl Writer {
     /// (its `status.clusters`, oldest first): a broker that lost its records
     /// lost the other clusters' exports too, until they write them again.
     fn waits(&self, key: &ServiceKey, import: &Import) -> Option<Duration> {
-        let written = self.caches.local_imports.get(&key.namespace, &key.name);
+        let written = self.caches.local_imports.get(key.namespace(), key.name());
         let carried = written
             .as_ref()
             .filter(|w| !w.extract.ips.is_empty())
@@ -539,11 +539,11 @@ impl Writer {
         key: &ServiceKey,
         import: Option<&Import>,
     ) -> Result<Option<String>, WriteError> {
-        let api: Api<ServiceImport> = Api::namespaced(self.local.clone(), &key.namespace);
-        let actual = self.caches.local_imports.get(&key.namespace, &key.name);
+        let api: Api<ServiceImport> = Api::namespaced(self.local.clone(), key.namespace());
+        let actual = self.caches.local_imports.get(key.namespace(), key.name());
         let desired = import.map(|import| local_import(key, import));
         let version = actual.as_ref().map(|a| a.version.clone());
-        let uid = self.ensure(&api, &key.name, desired, version).await?;
+        let uid = self.ensure(&api, key.name(), desired, version).await?;
         let Some(import) = import else {
             return Ok(uid);
         };
@@ -575,7 +575,7 @@ impl Writer {
                 "conditions": status.conditions,
                 "endpointSliceObjects": status.endpoint_slice_objects,
             });
-            let written: ServiceImport = self.patch_status(&api, &key.name, &patch).await?;
+            let written: ServiceImport = self.patch_status(&api, key.name(), &patch).await?;
             let kept = written.status.and_then(|s| s.endpoint_slice_objects);
             if kept.is_none() && !self.slice_objects_dropped.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
@@ -617,10 +617,10 @@ impl Writer {
                 }
             }
         }
-        let api = Api::namespaced(self.local.clone(), &key.namespace);
+        let api = Api::namespaced(self.local.clone(), key.namespace());
         self.ensure_all(
             &api,
-            &key.namespace,
+            key.namespace(),
             key,
             desired,
             &self.caches.local_slices,
@@ -629,7 +629,7 @@ impl Writer {
     }
 
     async fn export_status(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
-        let Some(export) = self.caches.local_exports.get(&key.namespace, &key.name) else {
+        let Some(export) = self.caches.local_exports.get(key.namespace(), key.name()) else {
             return Ok(());
         };
         let Some(status) = snapshot.aggregate.as_ref().and_then(|a| {
@@ -641,9 +641,9 @@ impl Writer {
         };
         let new = conditions(&status.conditions, &export.extract);
         if conditions_digest(&new) != export.version.digest {
-            let api: Api<ServiceExport> = Api::namespaced(self.local.clone(), &key.namespace);
+            let api: Api<ServiceExport> = Api::namespaced(self.local.clone(), key.namespace());
             let status = crate::k8s::crd::ServiceExportStatus { conditions: new };
-            let _: ServiceExport = self.patch_status(&api, &key.name, &status).await?;
+            let _: ServiceExport = self.patch_status(&api, key.name(), &status).await?;
         }
         Ok(())
     }
@@ -793,7 +793,7 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
     let mut labels = import.exported.labels.clone();
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER.into());
     let mut object = ServiceImport::new(
-        &key.name,
+        key.name(),
         ServiceImportSpec {
             ports: import.ports.to_vec(),
             ips: import.local_vips().map(|ip| ip.to_string()).collect(),
@@ -809,7 +809,7 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
             traffic_distribution: import.service.traffic_distribution.clone(),
         },
     );
-    object.metadata.namespace = Some(key.namespace.to_string());
+    object.metadata.namespace = Some(key.namespace().to_string());
     object.metadata.labels = Some(labels);
     let mut annotations = import.exported.annotations.clone();
     annotations.insert(

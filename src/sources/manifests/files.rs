@@ -71,10 +71,10 @@ pub(super) struct Def {
 impl Def {
     /// The service this definition of `ident` belongs to.
     pub(super) fn key(&self, ident: &Ident) -> ServiceKey {
-        ServiceKey {
-            namespace: ident.namespace.clone(),
-            name: self.service.as_ref().unwrap_or(&ident.name).clone(),
-        }
+        ServiceKey::new(
+            &ident.namespace,
+            self.service.as_ref().unwrap_or(&ident.name),
+        )
     }
 }
 

@@ -218,7 +218,7 @@ impl ManifestSource {
         match self.convert(kind, value, ident.as_ref(), ctx, now) {
             Ok(Converted::Object(key, object)) => {
                 let service =
-                    (kind == Kind::EndpointSlice).then(|| shared(&mut self.strings, &key.name));
+                    (kind == Kind::EndpointSlice).then(|| shared(&mut self.strings, key.name()));
                 let Some(ident) = ident else {
                     // Conversion requires a name, so this does not happen.
                     problem(ctx, format!("{} without a name", kind.as_str()));
