@@ -102,11 +102,12 @@ pub fn fingerprint(value: &impl Hash) -> u64 {
 }
 
 /// One object as the writer needs it: enough to compare, to write with a
-/// precondition and to know whether it is this controller's to delete.
+/// precondition and to know whether it is this controller's to delete. Not
+/// its `uid`: a `resourceVersion` precondition already fails for any other
+/// object of the name (versions are the store's revisions, never reused),
+/// and only a ServiceImport's uid is read (`writer.rs`, `WrittenImport`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Version {
-    /// `metadata.uid`.
-    uid: Option<Token>,
     /// `metadata.resourceVersion`.
     resource_version: Option<Token>,
     /// Whether it carries this controller's managed-by label.
@@ -122,17 +123,11 @@ impl Version {
         let labels = meta.labels.as_ref();
         let label = |l: &str| labels.and_then(|ls| ls.get(l)).map(String::as_str);
         Self {
-            uid: meta.uid.as_deref().map(Token::new),
             resource_version: meta.resource_version.as_deref().map(Token::new),
             managed: label(LABEL_MANAGED_BY) == Some(MANAGER)
                 || label(LABEL_SLICE_MANAGED_BY) == Some(MANAGER),
             digest: object.owned_digest(),
         }
-    }
-
-    /// `metadata.uid`, as read.
-    pub fn uid(&self) -> Option<String> {
-        self.uid.as_ref().map(Token::text)
     }
 
     /// `metadata.resourceVersion`, as read.
@@ -143,7 +138,7 @@ impl Version {
     /// Delete parameters that delete only this version (`409 Conflict` when
     /// someone changed or replaced the object meanwhile).
     pub fn delete_params(&self) -> DeleteParams {
-        delete_if_at(self.resource_version(), self.uid())
+        delete_if_at(self.resource_version(), None)
     }
 }
 
@@ -154,7 +149,7 @@ impl Version {
 /// where a string would take 16 and a 36-byte allocation. Any other text is
 /// kept as it is, so [`Token::text`] always gives back what was read.
 #[derive(Clone, Debug, PartialEq)]
-enum Token {
+pub enum Token {
     Uuid(Uuid),
     Number(u64),
     Text(Box<str>),
@@ -163,7 +158,7 @@ enum Token {
 impl Token {
     /// Read once per watch event of a kept object: compares spellings
     /// without allocating.
-    fn new(text: &str) -> Self {
+    pub fn new(text: &str) -> Self {
         let mut spelled = [0; uuid::fmt::Hyphenated::LENGTH];
         if let Ok(uuid) = Uuid::try_parse(text)
             && uuid.hyphenated().encode_lower(&mut spelled) == text
@@ -178,7 +173,8 @@ impl Token {
         }
     }
 
-    fn text(&self) -> String {
+    /// The text as read.
+    pub fn text(&self) -> String {
         match self {
             Token::Uuid(uuid) => uuid.hyphenated().to_string(),
             Token::Number(n) => n.to_string(),

@@ -33,7 +33,7 @@ use serde_json::json;
 use super::api::is_code;
 use super::seen::{Keep, SeenStore};
 use super::slices::{self, Matched, Plan};
-use super::version::{Owned, Version, conditions_digest, status_digest};
+use super::version::{Owned, Token, Version, conditions_digest, status_digest};
 use super::vip_claims::{self, ClaimError, Taken, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
 use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
@@ -80,6 +80,8 @@ pub struct Caches {
 /// the writer's stores: `bench/README.md`).
 #[derive(Debug)]
 pub struct WrittenImport {
+    /// Its `metadata.uid` (the owner of its EndpointSlices).
+    pub uid: Option<Token>,
     /// Its VIPs (kept when the broker loses its records).
     pub ips: Box<[IpAddr]>,
     /// The first of its `status.clusters`: the oldest export's cluster.
@@ -97,6 +99,7 @@ impl WrittenImport {
         let status = import.status.clone().unwrap_or_default();
         let ips = import.spec.ips.iter().filter_map(|ip| ip.parse().ok());
         Self {
+            uid: import.metadata.uid.as_deref().map(Token::new),
             ips: ips.collect(),
             oldest: status.clusters.first().map(|c| shared_name(&c.cluster)),
             transitions: status
@@ -543,10 +546,11 @@ impl Writer {
         let actual = self.caches.local_imports.get(key.namespace(), key.name());
         let desired = import.map(|import| local_import(key, import));
         let version = actual.as_ref().map(|a| a.version.clone());
-        let uid = self.ensure(&api, key.name(), desired, version).await?;
+        let written = self.ensure(&api, key.name(), desired, version).await?;
         let Some(import) = import else {
-            return Ok(uid);
+            return Ok(None);
         };
+        let uid = written.or_else(|| actual.as_ref()?.extract.uid.as_ref().map(Token::text));
         let old = actual.as_ref().map(|a| &a.extract);
         let status = ServiceImportStatus {
             clusters: import
@@ -689,7 +693,8 @@ impl Writer {
 
     /// Creates, replaces or deletes one object so that it matches `desired`
     /// (compared by the digest of the parts this controller owns). Returns
-    /// the `uid` of the object as it now is (`None`: there is none).
+    /// the `uid` the API server answered with, when it was asked for the
+    /// object (`None`: unchanged, or none left).
     async fn ensure<K>(
         &self,
         api: &Api<K>,
@@ -703,7 +708,7 @@ impl Writer {
         let kind = K::kind(&());
         let result = match (desired, actual) {
             (None, None) => return Ok(None),
-            (Some(d), Some(a)) if d.owned_digest() == a.digest => return Ok(a.uid()),
+            (Some(d), Some(a)) if d.owned_digest() == a.digest => return Ok(None),
             (None, Some(actual)) => {
                 if !actual.managed {
                     return Ok(None);
@@ -716,8 +721,10 @@ impl Writer {
             (Some(desired), None) => match api.create(&PostParams::default(), &desired).await {
                 // Written by an earlier round the cache has not seen yet: compare with the real one.
                 Err(e) if is_code(&e, 409) => {
-                    let current = Version::of(&api.get(name).await?);
-                    self.replace(api, name, desired, &current).await
+                    let current = api.get(name).await?;
+                    let (uid, current) = (current.meta().uid.clone(), Version::of(&current));
+                    let replaced = self.replace(api, name, desired, &current).await;
+                    replaced.map(|(outcome, new)| (outcome, new.or(uid)))
                 }
                 other => other.map(|created| ("created", created.meta().uid.clone())),
             },
@@ -751,7 +758,7 @@ impl Writer {
         K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
         if desired.owned_digest() == current.digest {
-            return Ok(("unchanged", current.uid()));
+            return Ok(("unchanged", None));
         }
         desired.meta_mut().resource_version = current.resource_version();
         api.replace(name, &PostParams::default(), &desired)
