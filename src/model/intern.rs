@@ -5,21 +5,26 @@
 //! default settings). An [`Interner`] hands out one shared `Arc` per distinct
 //! value and forgets the values nobody else holds any more.
 
-use std::collections::HashSet;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Mutex};
+
+use hashbrown::HashTable;
+
+use super::Hasher;
 
 /// Distinct values, each kept once.
 #[derive(Debug)]
 pub struct Interner<T: ?Sized> {
-    values: HashSet<Arc<T>, foldhash::fast::RandomState>,
+    values: HashTable<Arc<T>>,
+    hasher: Hasher,
     live_at_last_prune: usize,
 }
 
 impl<T: ?Sized> Default for Interner<T> {
     fn default() -> Self {
         Self {
-            values: HashSet::default(),
+            values: HashTable::new(),
+            hasher: Hasher::default(),
             live_at_last_prune: 0,
         }
     }
@@ -28,12 +33,27 @@ impl<T: ?Sized> Default for Interner<T> {
 impl<T: ?Sized + Eq + Hash> Interner<T> {
     /// The shared copy of `value`; `make` builds it when there is none yet.
     pub fn get(&mut self, value: &T, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
-        if let Some(shared) = self.values.get(value) {
+        self.find(value, |v| v == value, make)
+    }
+
+    /// The shared copy of the value that `probe` stands for, found without
+    /// building it (a key's namespace and name, say): `probe` must hash as
+    /// the value does, and `is` tell whether a kept value is that one.
+    pub fn find<Q: Hash + ?Sized>(
+        &mut self,
+        probe: &Q,
+        is: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> Arc<T>,
+    ) -> Arc<T> {
+        let hash = self.hasher.hash_one(probe);
+        if let Some(shared) = self.values.find(hash, |v| is(v)) {
             return shared.clone();
         }
         self.prune();
         let shared = make();
-        self.values.insert(shared.clone());
+        let hasher = &self.hasher;
+        self.values
+            .insert_unique(hash, shared.clone(), |v| hasher.hash_one(&**v));
         shared
     }
 

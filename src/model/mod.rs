@@ -81,11 +81,16 @@ impl ServiceKey {
     /// strings are shared too ([`shared_name`]).
     pub fn new(namespace: &str, name: &str) -> Self {
         static KEYS: LazyLock<Mutex<Interner<KeyNames>>> = LazyLock::new(Default::default);
-        let names = KeyNames {
-            namespace: shared_name(namespace),
-            name: shared_name(name),
-        };
-        Self(share(&KEYS, names))
+        let mut keys = KEYS.lock().unwrap_or_else(|e| e.into_inner());
+        // Found by its names (hashed as `KeyNames` hashes them): a key is
+        // built per watch event, and looking it up must not build one.
+        let is = |k: &KeyNames| *k.namespace == *namespace && *k.name == *name;
+        Self(keys.find(&(namespace, name), is, || {
+            Arc::new(KeyNames {
+                namespace: shared_name(namespace),
+                name: shared_name(name),
+            })
+        }))
     }
 
     /// Namespace of the Service and ServiceExport.
