@@ -8,15 +8,14 @@
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Mutex};
 
+use foldhash::fast::RandomState;
 use hashbrown::HashTable;
-
-use super::Hasher;
 
 /// Distinct values, each kept once.
 #[derive(Debug)]
 pub struct Interner<T: ?Sized> {
     values: HashTable<Arc<T>>,
-    hasher: Hasher,
+    hasher: RandomState,
     live_at_last_prune: usize,
 }
 
@@ -24,7 +23,7 @@ impl<T: ?Sized> Default for Interner<T> {
     fn default() -> Self {
         Self {
             values: HashTable::new(),
-            hasher: Hasher::default(),
+            hasher: RandomState::default(),
             live_at_last_prune: 0,
         }
     }
