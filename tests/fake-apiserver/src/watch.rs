@@ -28,9 +28,14 @@ pub(crate) struct WatchParams {
     pub start: WatchStart,
 }
 
+/// One watch event line, `type` before `object` as the real API server
+/// writes it (Go's `metav1.WatchEvent` field order): a client that reads the
+/// type first decodes the object straight into its kind, and a fake that put
+/// `object` first (serde_json's sorted map) would make every client buffer it.
 fn line(typ: &str, object: Value) -> Bytes {
-    let mut s = serde_json::to_string(&json!({"type": typ, "object": object})).expect("json");
-    s.push('\n');
+    let mut s = format!(r#"{{"type":{},"object":"#, Value::from(typ));
+    s.push_str(&object.to_string());
+    s.push_str("}\n");
     Bytes::from(s)
 }
 
@@ -235,5 +240,19 @@ pub(crate) fn timeout_param(v: Option<&String>) -> Result<Option<Duration>, ApiE
             .parse::<u64>()
             .map(|n| (n > 0).then(|| Duration::from_secs(n)))
             .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_names_its_type_before_its_object() {
+        let l = line("ADDED", json!({"kind": "Service", "apiVersion": "v1"}));
+        assert_eq!(
+            std::str::from_utf8(&l).unwrap(),
+            "{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"v1\",\"kind\":\"Service\"}}\n"
+        );
     }
 }
