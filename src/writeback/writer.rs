@@ -23,14 +23,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::api::is_code;
+use super::api::{self, is_code};
 use super::seen::{Keep, SeenStore};
 use super::slices::{self, Matched, Plan};
 use super::version::{Owned, Token, Version, conditions_digest, status_digest};
@@ -722,7 +722,7 @@ impl Writer {
                     other => other.map(|_| ("deleted", None)),
                 }
             }
-            (Some(desired), None) => match api.create(&PostParams::default(), &desired).await {
+            (Some(desired), None) => match api::create(api, &desired).await {
                 // Written by an earlier round the cache has not seen yet: compare with the real one.
                 Err(e) if is_code(&e, 409) => {
                     let current = api.get(name).await?;
@@ -730,7 +730,7 @@ impl Writer {
                     let replaced = self.replace(api, name, desired, &current).await;
                     replaced.map(|(outcome, new)| (outcome, new.or(uid)))
                 }
-                other => other.map(|created| ("created", created.meta().uid.clone())),
+                other => other.map(|uid| ("created", uid)),
             },
             (Some(desired), Some(actual)) => self.replace(api, name, desired, &actual).await,
         };
@@ -765,9 +765,9 @@ impl Writer {
             return Ok(("unchanged", None));
         }
         desired.meta_mut().resource_version = current.resource_version();
-        api.replace(name, &PostParams::default(), &desired)
+        api::replace(api, name, &desired)
             .await
-            .map(|replaced| ("updated", replaced.meta().uid.clone()))
+            .map(|uid| ("updated", uid))
     }
 
     async fn patch_status<K, S>(
