@@ -2,6 +2,7 @@
 //! Corefiles, as tests run it.
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::Path;
 
 use super::server::CRATE_ROOT;
@@ -10,6 +11,11 @@ use super::server::CRATE_ROOT;
 /// out, on `port` of 127.0.0.1, with its `forward . <service-ip>` line
 /// replaced by `forward`.
 pub fn stanza(port: u16, forward: &str) -> String {
+    stanza_at(SocketAddr::from(([127, 0, 0, 1], port)), forward)
+}
+
+/// [`stanza`] on `at`.
+pub fn stanza_at(at: SocketAddr, forward: &str) -> String {
     let path = Path::new(CRATE_ROOT).join("config/kubernetes/coredns-stanza.txt");
     let text = fs::read_to_string(&path).expect("the stanza file");
     let block: String = text
@@ -28,7 +34,7 @@ pub fn stanza(port: u16, forward: &str) -> String {
     block
         .replace(
             head,
-            &format!("clusterset.local:{port} {{\n    bind 127.0.0.1\n"),
+            &format!("clusterset.local:{} {{\n    bind {}\n", at.port(), at.ip()),
         )
         .replace(line, forward)
 }

@@ -14,7 +14,7 @@
 //! those of the pinned upstream mcs-api release, so every scenario runs on
 //! both CRD variants at once.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use crate::common::{free_port, resolve};
 use crate::control_plane::{
     ControlPlane, Process, bin_dir, client_from, log_tail, output, run, write_kubeconfig,
 };
+use crate::pods::PodNetwork;
 use hickory_proto::rr::RecordType;
 
 /// Namespace of the shared state on the broker (rbac-broker.yaml).
@@ -80,6 +81,8 @@ pub struct Member {
     pub plane: ControlPlane,
     /// Its CRD variant.
     pub crds: Crds,
+    /// Its cluster DNS server's address, its Pods' `nameserver` (see `pods.rs`).
+    pub cluster_dns: Ipv4Addr,
     /// Running replicas.
     pub replicas: Vec<Replica>,
     /// The admin client of its API server (the test's own actions).
@@ -108,10 +111,35 @@ pub struct Clusterset {
     forgiven: std::collections::HashMap<PathBuf, usize>,
 }
 
-const MEMBERS: [(&str, &str, Crds); 3] = [
-    ("east", "10.96.0.0/16,fd00:10:96::/112", Crds::Ours),
-    ("west", "10.97.0.0/16,fd00:10:97::/112", Crds::Ours),
-    ("north", "10.98.0.0/16,fd00:10:98::/112", Crds::Upstream),
+/// Each member: its id, Service CIDRs, Pod network and CRD variant.
+const MEMBERS: [(&str, &str, PodNetwork, Crds); 3] = [
+    (
+        "east",
+        "10.96.0.0/16,fd00:10:96::/112",
+        PodNetwork {
+            cidrs: ["10.244.4.0/22", "fd00:10:244:1::/118"],
+            dns: Ipv4Addr::new(127, 10, 0, 1),
+        },
+        Crds::Ours,
+    ),
+    (
+        "west",
+        "10.97.0.0/16,fd00:10:97::/112",
+        PodNetwork {
+            cidrs: ["10.244.8.0/22", "fd00:10:244:2::/118"],
+            dns: Ipv4Addr::new(127, 10, 0, 2),
+        },
+        Crds::Ours,
+    ),
+    (
+        "north",
+        "10.98.0.0/16,fd00:10:98::/112",
+        PodNetwork {
+            cidrs: ["10.244.12.0/22", "fd00:10:244:3::/118"],
+            dns: Ipv4Addr::new(127, 10, 0, 3),
+        },
+        Crds::Upstream,
+    ),
 ];
 
 fn repo(path: &str) -> PathBuf {
@@ -163,13 +191,13 @@ impl Clusterset {
         // The control planes start one after another: three API servers
         // starting at once on 2 cores take longer than in turn.
         let mut planes = Vec::new();
-        for (name, cidrs, _) in MEMBERS {
+        for (name, cidrs, network, _) in &MEMBERS {
             eprintln!("starting control plane {name}");
-            planes.push(ControlPlane::start(name, dir.path(), cidrs).await?);
+            planes.push(ControlPlane::start(name, dir.path(), cidrs, network).await?);
         }
         let broker = planes[0].admin().await?;
         let mut members = Vec::new();
-        for (plane, (id, _, crds)) in planes.into_iter().zip(MEMBERS) {
+        for (plane, (id, _, network, crds)) in planes.into_iter().zip(MEMBERS) {
             let admin = plane.admin().await?;
             members.push(Member {
                 id: id.to_owned(),
@@ -177,6 +205,7 @@ impl Clusterset {
                 broker_kubeconfig: plane.dir.join("broker-member.kubeconfig"),
                 plane,
                 crds,
+                cluster_dns: network.dns,
                 replicas: Vec::new(),
                 admin,
                 started: 0,

@@ -1,12 +1,15 @@
-//! One real Kubernetes control plane on loopback: etcd, kube-apiserver and
-//! kube-controller-manager, built from the Go modules pinned in
-//! `tests/control-plane/go.mod` (`bash tests/control-plane/build.sh`).
+//! One real Kubernetes cluster on loopback: etcd, kube-apiserver,
+//! kube-controller-manager and kube-scheduler, built from the Go modules
+//! pinned in `tests/control-plane/go.mod` (`bash tests/control-plane/build.sh`),
+//! and kwok as the kubelet of one Node (`pods.rs`).
 //!
-//! There is no kubelet and no scheduler: tests create Nodes and Pods through
-//! the API and set each Pod's status themselves, so the real EndpointSlice
-//! controller writes the Services' slices as in a cluster. Every process is
-//! killed when its owner is dropped, and dies with the test process
-//! (`PR_SET_PDEATHSIG`) if that is killed first.
+//! Most scenarios create their Pods by hand on `node-1`, which no kubelet
+//! runs, and set each Pod's status themselves, so the real EndpointSlice
+//! controller writes the Services' slices from exactly the addresses and
+//! readiness they choose; the Pods of Deployments and StatefulSets (the
+//! upstream conformance suite's) are scheduled onto kwok's Node. Every
+//! process is killed when its owner is dropped, and dies with the test
+//! process (`PR_SET_PDEATHSIG`) if that is killed first.
 
 use std::fs;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -17,6 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::pods::{PodNetwork, PodRunner};
 
 /// How long etcd or the API server may take to start on a busy 2-core machine.
 const START_LIMIT: Duration = Duration::from_secs(120);
@@ -31,12 +36,15 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// The control plane's binaries that must exist, by name.
-pub const BINARIES: [&str; 6] = [
+pub const BINARIES: [&str; 9] = [
     "coredns",
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
+    "kube-scheduler",
     "kubectl",
+    "kwok",
+    "kwok-stages",
     "mcs-api-crds",
 ];
 
@@ -50,17 +58,22 @@ pub struct Process {
 impl Process {
     /// Starts `bin args...` with its output in `log`.
     pub fn spawn(name: &str, bin: &Path, args: &[String], log: &Path) -> Result<Self> {
-        let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut command = Command::new(bin);
+        command.args(args);
+        Self::spawn_command(name, command, log)
+    }
+
+    /// Starts `command` with its output in `log`.
+    pub fn spawn_command(name: &str, mut command: Command, log: &Path) -> Result<Self> {
+        let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         command
-            .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
         die_with_parent(&mut command);
         let child = command
             .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
+            .with_context(|| format!("starting {name}"))?;
         Ok(Self {
             name: name.to_owned(),
             child: Some(child),
@@ -271,13 +284,20 @@ pub struct ControlPlane {
     etcd: Process,
     apiserver: Process,
     controllers: Process,
+    pods: Option<PodRunner>,
     apiserver_args: Vec<String>,
 }
 
 impl ControlPlane {
-    /// Starts etcd, the API server (with `service_cidrs`) and the controller
-    /// manager, and waits until the API server is ready.
-    pub async fn start(name: &str, root: &Path, service_cidrs: &str) -> Result<Self> {
+    /// Starts etcd, the API server (with `service_cidrs`), the controller
+    /// manager, and what runs Pods on `network`, and waits until the API
+    /// server is ready and kwok's Node takes Pods.
+    pub async fn start(
+        name: &str,
+        root: &Path,
+        service_cidrs: &str,
+        network: &PodNetwork,
+    ) -> Result<Self> {
         let dir = root.join(name);
         fs::create_dir_all(&dir)?;
         let bins = bin_dir();
@@ -324,6 +344,8 @@ impl ControlPlane {
             // The `kubernetes` Service's endpoints may not be loopback, and
             // no Pod here reaches the API server through it.
             "--endpoint-reconciler-type=none".into(),
+            // kwok's Node is reached at its InternalIP, 127.0.0.1, for exec.
+            "--kubelet-preferred-address-types=InternalIP".into(),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", pki.serving_cert.display()),
             format!("--tls-private-key-file={}", pki.serving_key.display()),
@@ -366,7 +388,8 @@ impl ControlPlane {
                 // Only the controllers whose work the tests depend on; each
                 // with its own ServiceAccount credentials, as in a cluster.
                 "--controllers=garbagecollector,namespace,endpointslice,\
-                 endpointslicemirroring,serviceaccount,serviceaccount-token"
+                 endpointslicemirroring,serviceaccount,serviceaccount-token,\
+                 deployment,replicaset,statefulset"
                     .into(),
                 "--use-service-account-credentials=true".into(),
                 format!(
@@ -391,9 +414,21 @@ impl ControlPlane {
             etcd: plane_etcd,
             apiserver,
             controllers,
+            pods: None,
             apiserver_args,
         };
         plane.wait_ready().await?;
+        plane.pods = Some(
+            PodRunner::start(
+                &plane.admin().await?,
+                &plane.admin_kubeconfig(),
+                &plane.dir,
+                network,
+                (&pki.serving_cert, &pki.serving_key),
+            )
+            .await
+            .with_context(|| format!("{name}: the Pod runner did not start"))?,
+        );
         Ok(plane)
     }
 
@@ -474,13 +509,15 @@ impl ControlPlane {
     pub fn check_alive(&mut self) -> Result<()> {
         self.etcd.check_alive()?;
         self.apiserver.check_alive()?;
-        self.controllers.check_alive()
+        self.controllers.check_alive()?;
+        self.pods.as_mut().map_or(Ok(()), PodRunner::check_alive)
     }
 }
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // Controllers first, etcd last, as a cluster shuts down.
+        self.pods = None;
         self.controllers.kill();
         self.apiserver.kill();
         self.etcd.kill();

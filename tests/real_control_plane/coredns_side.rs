@@ -18,8 +18,8 @@ use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 
 use crate::check::{agreed_vip, answers_everywhere, fqdn, ips};
-use crate::clusterset::{CONVERGE, Clusterset, eventually};
-use crate::control_plane::{Process, bin_dir, free_tcp_port};
+use crate::clusterset::{CONVERGE, Clusterset, Member, eventually};
+use crate::control_plane::{ControlPlane, Process, bin_dir, free_tcp_port};
 use crate::workloads::{export, exported_with_pod, namespace, pod, service};
 
 const NS: &str = "side";
@@ -46,39 +46,56 @@ pub async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
 
 /// A CoreDNS reading west's API server, answering on 127.0.0.1: with
 /// `multicluster`, CoreDNS's own answers for `clusterset.local`; without,
-/// a cluster's default Corefile plus the shipped stanza forwarding
-/// `clusterset.local` to west's clusterset-dns.
+/// west's cluster DNS ([`cluster_coredns`]) forwarding `clusterset.local` to
+/// west's first clusterset-dns replica.
 pub fn coredns(set: &Clusterset, multicluster: bool) -> Result<(Process, SocketAddr)> {
-    let west = &set.member("west").plane;
-    let port = free_tcp_port();
-    let kubeconfig = west.admin_kubeconfig().display().to_string();
-    let text = if multicluster {
-        format!(
-            ".:{port} {{\n    bind 127.0.0.1\n    errors\n    kubernetes cluster.local clusterset.local {{\n        kubeconfig {kubeconfig}\n        multicluster clusterset.local\n    }}\n}}\n"
-        )
-    } else {
-        // The `.:53` block kubeadm writes, its upstream a port nobody
-        // answers (no network here), and the stanza beside it.
-        let nobody = free_tcp_port();
-        let ours = set.member("west").dns();
-        format!(
-            ".:{port} {{\n    bind 127.0.0.1\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n        kubeconfig {kubeconfig}\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n    forward . 127.0.0.1:{nobody}\n    cache 30\n    loadbalance\n}}\n{}",
-            crate::common::stanza(port, &format!("    forward . {ours}\n"))
-        )
-    };
-    let corefile = west.dir.join(if multicluster {
-        "Corefile.multicluster"
-    } else {
-        "Corefile"
-    });
+    let west = set.member("west");
+    let at = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
+    if !multicluster {
+        let process = cluster_coredns(west, at, &[west.dns()])?;
+        return Ok((process, at));
+    }
+    let kubeconfig = west.plane.admin_kubeconfig().display().to_string();
+    let text = format!(
+        ".:{port} {{\n    bind 127.0.0.1\n    errors\n    kubernetes cluster.local clusterset.local {{\n        kubeconfig {kubeconfig}\n        multicluster clusterset.local\n    }}\n}}\n",
+        port = at.port()
+    );
+    Ok((spawn(&west.plane, "coredns-multicluster", &text)?, at))
+}
+
+/// A member's cluster DNS as kubeadm deploys it, on `at`: kubeadm's default
+/// `.:53` block (its `kubernetes` plugin reading the member's API server,
+/// its upstream a port nobody answers: there is no network here) and beside
+/// it the shipped stanza, forwarding `clusterset.local` to `upstreams` (the
+/// member's clusterset-dns replicas, as the Service's endpoints would be).
+pub fn cluster_coredns(
+    member: &Member,
+    at: SocketAddr,
+    upstreams: &[SocketAddr],
+) -> Result<Process> {
+    let kubeconfig = member.plane.admin_kubeconfig().display().to_string();
+    let nobody = free_tcp_port();
+    let upstreams: Vec<String> = upstreams.iter().map(SocketAddr::to_string).collect();
+    let text = format!(
+        ".:{port} {{\n    bind {ip}\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n        kubeconfig {kubeconfig}\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n    forward . 127.0.0.1:{nobody}\n    cache 30\n    loadbalance\n}}\n{}",
+        crate::common::stanza_at(at, &format!("    forward . {}\n", upstreams.join(" "))),
+        port = at.port(),
+        ip = at.ip(),
+    );
+    spawn(&member.plane, &format!("coredns-{}", at), &text)
+}
+
+/// CoreDNS with the Corefile `text`, kept in the plane's folder as
+/// `<stem>.Corefile`, its log as `<stem>.log`.
+fn spawn(plane: &ControlPlane, stem: &str, text: &str) -> Result<Process> {
+    let corefile = plane.dir.join(format!("{stem}.Corefile"));
     std::fs::write(&corefile, text)?;
-    let process = Process::spawn(
+    Process::spawn(
         "coredns",
         &bin_dir().join("coredns"),
         &["-conf".into(), corefile.display().to_string()],
-        &corefile.with_extension("log"),
-    )?;
-    Ok((process, ([127, 0, 0, 1], port).into()))
+        &plane.dir.join(format!("{stem}.log")),
+    )
 }
 
 /// The scenario's services: `web` (ClusterSetIP, east and west), `db`

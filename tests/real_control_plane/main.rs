@@ -18,12 +18,14 @@ mod common;
 mod bench_coredns;
 mod check;
 mod clusterset;
+mod conformance;
 mod control_plane;
 mod coredns_side;
 mod endpoints;
 mod exports;
 mod faults;
 mod ownership;
+mod pods;
 mod security;
 mod workloads;
 
@@ -38,16 +40,44 @@ use futures::FutureExt;
 
 use clusterset::Clusterset;
 
-/// Longest a scenario may run before it fails (its waits are shorter).
+/// Longest a scenario may run before it fails (its waits are shorter),
+/// unless the list gives it a limit of its own.
 const SCENARIO_LIMIT: Duration = Duration::from_secs(300);
 
 type Scenario = for<'a> fn(&'a mut Clusterset) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
 
+/// `(name, scenario, limit)` for each `path` or `path => seconds`.
 macro_rules! scenarios {
-    ($($path:path),* $(,)?) => {
-        vec![$((stringify!($path), (|set| Box::pin($path(set))) as Scenario)),*]
+    ($($path:path $(=> $secs:literal)?),* $(,)?) => {
+        vec![$((
+            stringify!($path),
+            (|set| Box::pin($path(set))) as Scenario,
+            limit!($($secs)?),
+        )),*]
     };
 }
+
+macro_rules! limit {
+    () => {
+        SCENARIO_LIMIT
+    };
+    ($secs:literal) => {
+        Duration::from_secs($secs)
+    };
+}
+
+/// A scenario that could not run here and says why (counted as ignored,
+/// as libtest counts a skipped test).
+#[derive(Debug)]
+pub struct Skipped(pub String);
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "skipped: {}", self.0)
+    }
+}
+
+impl std::error::Error for Skipped {}
 
 fn main() -> ExitCode {
     let filters: Vec<String> = std::env::args()
@@ -97,7 +127,8 @@ async fn bench(started: Instant) -> ExitCode {
 }
 
 async fn run(filters: &[String]) -> ExitCode {
-    let all: Vec<(&str, Scenario)> = scenarios![
+    let all: Vec<(&str, Scenario, Duration)> = scenarios![
+        conformance::the_upstream_conformance_suite_passes => 1500,
         security::members_use_their_own_service_accounts,
         security::the_endpointslice_policy_admits_only_mcs_slices,
         exports::import_lives_while_any_cluster_exports,
@@ -117,7 +148,9 @@ async fn run(filters: &[String]) -> ExitCode {
     ];
     let chosen: Vec<_> = all
         .into_iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .filter(|(name, _, _)| {
+            filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+        })
         .collect();
     let started = Instant::now();
     if filters == ["bench-coredns"] {
@@ -132,15 +165,15 @@ async fn run(filters: &[String]) -> ExitCode {
         }
     };
     eprintln!("clusterset up in {:.0?}", started.elapsed());
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (name, scenario) in chosen {
+    let (mut passed, mut ignored, mut failed) = (0, 0, Vec::new());
+    for (name, scenario, limit) in chosen {
         let began = Instant::now();
         // A panic (an assertion of the shared DNS client) fails the
         // scenario, not the run.
-        let attempt = AssertUnwindSafe(tokio::time::timeout(SCENARIO_LIMIT, scenario(&mut set)));
+        let attempt = AssertUnwindSafe(tokio::time::timeout(limit, scenario(&mut set)));
         let outcome = match attempt.catch_unwind().await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(anyhow::anyhow!("not done within {SCENARIO_LIMIT:?}")),
+            Ok(Err(_)) => Err(anyhow::anyhow!("not done within {limit:?}")),
             Err(panic) => Err(anyhow::anyhow!(
                 "panicked: {}",
                 panic
@@ -165,6 +198,11 @@ async fn run(filters: &[String]) -> ExitCode {
                 passed += 1;
                 println!("test {name} ... ok ({:.1?})", began.elapsed());
             }
+            Err(e) if e.is::<Skipped>() => {
+                ignored += 1;
+                println!("test {name} ... ignored");
+                eprintln!("\n!!!!! {e} !!!!!\n");
+            }
             Err(e) => {
                 println!("test {name} ... FAILED ({:.1?})", began.elapsed());
                 eprintln!("---- {name} ----\n{e:#}\n");
@@ -180,7 +218,7 @@ async fn run(filters: &[String]) -> ExitCode {
         drop(set.dir.keep());
     }
     println!(
-        "\ntest result: {status}. {passed} passed; {} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+        "\ntest result: {status}. {passed} passed; {} failed; {ignored} ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
         failed.len(),
         started.elapsed().as_secs_f64()
     );

@@ -1,0 +1,201 @@
+//! What runs a cluster's Pods: the real kube-scheduler, and kwok
+//! (`sigs.k8s.io/kwok`, pinned in `tests/kwok/go.mod`) playing the kubelet of
+//! one Node (ARCHITECTURE.md, "Tests on a real control plane": why kwok and
+//! not a kubelet). A Pod the scheduler places on that Node is Running and
+//! Ready at once, with one IP of each family of the Node's `podCIDRs`; the
+//! Deployment, ReplicaSet, StatefulSet and EndpointSlice controllers do the
+//! rest. `kubectl exec` into such a Pod runs the command as a local process
+//! of kwok's, in a mount namespace of its own whose `/etc/resolv.conf` is the
+//! one a kubelet writes for a Pod (`dnsPolicy: ClusterFirst`): the cluster's
+//! DNS server, its search path and `ndots:5`.
+//!
+//! The Pods the other scenarios make by hand, on `node-1` with the status
+//! they set, are none of kwok's: it manages only its own Node.
+
+use std::ffi::CString;
+use std::fs;
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::control_plane::{Process, bin_dir, free_tcp_port, run};
+
+/// The one Node kwok runs Pods on.
+pub const KWOK_NODE: &str = "kwok-node";
+/// The annotation that hands a Node to kwok (its `--manage-nodes-with-annotation-selector`).
+const KWOK_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// Where a cluster's Pods live on the network.
+pub struct PodNetwork {
+    /// The Node's `podCIDRs`, IPv4 first: each Pod gets one IP of each.
+    pub cidrs: [&'static str; 2],
+    /// The cluster's DNS server (its CoreDNS, port 53), the `nameserver` of
+    /// every Pod. A loopback address of its own per cluster: there is no
+    /// kube-proxy to carry a Service IP to it.
+    pub dns: Ipv4Addr,
+}
+
+/// The scheduler and kwok of one cluster; killed when dropped.
+pub struct PodRunner {
+    scheduler: Process,
+    kwok: Process,
+}
+
+impl PodRunner {
+    /// Starts the scheduler and kwok against the API server of `kubeconfig`
+    /// (the admin's), with their files in `dir`, and waits until kwok's Node
+    /// takes Pods. `serving` is a certificate and key for 127.0.0.1: the API
+    /// server reaches kwok over HTTPS as it reaches a kubelet.
+    pub async fn start(
+        client: &Client,
+        kubeconfig: &Path,
+        dir: &Path,
+        network: &PodNetwork,
+        serving: (&Path, &Path),
+    ) -> Result<Self> {
+        ensure!(
+            nix::unistd::geteuid().is_root(),
+            "the Pod runner needs root: kwok's Pods see their resolv.conf in a \
+             mount namespace, and the clusters' CoreDNS listens on port 53"
+        );
+        let bins = bin_dir();
+        let kubeconfig = format!("--kubeconfig={}", kubeconfig.display());
+        let scheduler = Process::spawn(
+            "kube-scheduler",
+            &bins.join("kube-scheduler"),
+            &[
+                kubeconfig.clone(),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_tcp_port()),
+                "--v=1".into(),
+            ],
+            &dir.join("kube-scheduler.log"),
+        )?;
+
+        // kwok's own Stages (as kwokctl gives them) and local exec for every Pod.
+        let mut config = run(&bins.join("kwok-stages"), &[])?;
+        config.push_str(
+            "---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterExec\n\
+             metadata:\n  name: local\nspec:\n  execs:\n  - local: {}\n",
+        );
+        let config_file = dir.join("kwok.yaml");
+        fs::write(&config_file, config)?;
+        let resolv_conf = dir.join("pod-resolv.conf");
+        fs::write(
+            &resolv_conf,
+            format!(
+                "search svc.cluster.local cluster.local\nnameserver {}\noptions ndots:5\n",
+                network.dns
+            ),
+        )?;
+        let port = free_tcp_port();
+        let mut command = Command::new(bins.join("kwok"));
+        command.args([
+            kubeconfig,
+            format!("--config={}", config_file.display()),
+            format!(
+                "--manage-nodes-with-annotation-selector={}={}",
+                KWOK_ANNOTATION.0, KWOK_ANNOTATION.1
+            ),
+            format!("--server-address=127.0.0.1:{port}"),
+            "--node-ip=127.0.0.1".into(),
+            format!("--node-port={port}"),
+            format!("--tls-cert-file={}", serving.0.display()),
+            format!("--tls-private-key-file={}", serving.1.display()),
+        ]);
+        with_resolv_conf(&mut command, &resolv_conf)?;
+        let kwok = Process::spawn_command("kwok", command, &dir.join("kwok.log"))?;
+        let mut runner = Self { scheduler, kwok };
+        runner.node(client, network).await?;
+        Ok(runner)
+    }
+
+    /// Creates kwok's Node and waits until it is Ready; then takes off the
+    /// `not-ready` taint admission put on it at creation
+    /// (TaintNodesByCondition), as the node lifecycle controller would. That
+    /// controller does not run: it would find `node-1`, which no kubelet
+    /// renews, unreachable and evict the other scenarios' Pods.
+    async fn node(&mut self, client: &Client, network: &PodNetwork) -> Result<()> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {
+                "name": KWOK_NODE,
+                "annotations": {KWOK_ANNOTATION.0: KWOK_ANNOTATION.1},
+                "labels": {"kubernetes.io/hostname": KWOK_NODE, "type": "kwok"},
+            },
+            "spec": {"podCIDRs": network.cidrs},
+        }))?;
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .context("creating kwok's Node")?;
+        let mut ready = false;
+        for _ in 0..600 {
+            self.check_alive()?;
+            let node = nodes.get(KWOK_NODE).await?;
+            ready = node
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ensure!(ready, "kwok did not make its Node Ready within 60 s");
+        let untainted = json!({"spec": {"taints": null}});
+        nodes
+            .patch(
+                KWOK_NODE,
+                &PatchParams::default(),
+                &Patch::Merge(&untainted),
+            )
+            .await
+            .context("taking the not-ready taint off kwok's Node")?;
+        Ok(())
+    }
+
+    /// Fails when the scheduler or kwok has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        self.scheduler.check_alive()?;
+        self.kwok.check_alive()
+    }
+}
+
+/// Runs `command` in a mount namespace of its own whose `/etc/resolv.conf`
+/// is `resolv_conf`, so the processes kwok starts for `kubectl exec` resolve
+/// names as a Pod does, and nothing outside sees the change.
+fn with_resolv_conf(command: &mut Command, resolv_conf: &Path) -> Result<()> {
+    use nix::mount::{MsFlags, mount};
+    let source = CString::new(resolv_conf.as_os_str().as_encoded_bytes())?;
+    let none: Option<&str> = None;
+    // SAFETY: unshare and mount are system calls; nothing is allocated
+    // between fork and exec (the paths are made beforehand).
+    unsafe {
+        command.pre_exec(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+            // Mounts made here stay here.
+            mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)?;
+            mount(
+                Some(source.as_c_str()),
+                "/etc/resolv.conf",
+                none,
+                MsFlags::MS_BIND,
+                none,
+            )?;
+            Ok(())
+        });
+    }
+    Ok(())
+}
