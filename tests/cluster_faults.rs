@@ -14,8 +14,9 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use clusterset_dns::engine::vip::{VipAllocator, VipPools};
-use clusterset_dns::k8s::crd::v1alpha1::ServiceImport;
+use clusterset_dns::k8s::crd::ServiceImport;
 use clusterset_dns::k8s::records;
+use clusterset_dns::k8s::served_versions::ServedVersion;
 use clusterset_dns::model::{IpFamily, ServiceKey};
 use clusterset_dns::writeback::vip_claims::VipClaims;
 use common::*;
@@ -431,7 +432,8 @@ async fn lost_claims_are_written_again_while_their_record_stands() {
 async fn a_claim_gone_between_create_and_read_keeps_the_vip() {
     let broker = fake_apiserver::FakeApiServer::start().await;
     broker.create_namespace(BROKER_NAMESPACE);
-    let claims = VipClaims::new(broker.client(), BROKER_NAMESPACE);
+    let records = ServedVersion::discover(broker.client(), "serviceimports").await;
+    let claims = VipClaims::new(broker.client(), records, BROKER_NAMESPACE);
     let web = ServiceKey::new("shop", "web");
     let [vip, next]: [IpAddr; 2] = ["243.0.0.7", "243.0.0.8"].map(|a| a.parse().unwrap());
     let held = claims.ensure(&web, &[IpFamily::IPv4], |_| vec![vip]).await;

@@ -265,8 +265,8 @@ async fn check_reaches_the_api_servers() {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(output.status.code(), Some(0), "{stdout}");
     assert!(
-        stdout.contains("local cluster east: ServiceExports readable"),
-        "{stdout}"
+        stdout.contains("local cluster east: ServiceExports readable (v1beta1)"),
+        "v1beta1 is read where served: {stdout}"
     );
     assert!(stdout.contains("0 ServiceImports"), "{stdout}");
     assert_eq!(
@@ -275,13 +275,23 @@ async fn check_reaches_the_api_servers() {
         "check writes nothing"
     );
 
-    // A CRD that no longer serves the version read is named, with the version.
+    // A CRD of a release before mcs-api v0.5 serves v1alpha1 only: read there.
+    member.unregister("multicluster.x-k8s.io", "v1beta1", "serviceexports");
+    let output = check(args.clone()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("local cluster east: ServiceExports readable (v1alpha1)"),
+        "{stdout}"
+    );
+
+    // A CRD serving no version is named, with the version looked for.
     member.unregister("multicluster.x-k8s.io", "v1alpha1", "serviceexports");
     let output = check(args).await.unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("serviceexports.multicluster.x-k8s.io/v1alpha1 is not served"),
+        stderr.contains("serviceexports.multicluster.x-k8s.io/v1beta1 is not served"),
         "{stderr}"
     );
 }

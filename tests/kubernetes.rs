@@ -921,7 +921,7 @@ async fn every_member_has_an_mcs_slice_per_exporting_cluster_owned_by_its_import
         assert_eq!(
             owner,
             [(
-                "multicluster.x-k8s.io/v1alpha1",
+                "multicluster.x-k8s.io/v1beta1",
                 "ServiceImport",
                 "web",
                 import.metadata.uid.as_deref().unwrap()

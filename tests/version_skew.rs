@@ -2,9 +2,11 @@
 //! broker, each a fake API server spoken to by the real kube client).
 //! Clusters of one clusterset run different CRD releases: mcs-api v0.5
 //! serves `v1alpha1` and `v1beta1` (stored), older releases `v1alpha1`
-//! only, and a CRD may be missing or stop serving the version this program
-//! reads. Exports must never vanish on that account: a kind that answers
-//! 404 is unknown, not empty, and is reported (metric and log line).
+//! only, and a CRD may stop serving a version. Each API server is read and
+//! written at `v1beta1` where it serves it, else `v1alpha1`, and followed
+//! when that changes. Exports must never vanish on that account: a kind
+//! served at no version is unknown, not empty, and is reported (metric and
+//! log line).
 
 mod common;
 #[path = "common/kube_clusterset.rs"]
@@ -29,7 +31,7 @@ enum Crds {
     Both,
     /// An mcs-api release before v0.5: `v1alpha1` only.
     V1alpha1Only,
-    /// A CRD that no longer serves `v1alpha1`, the version this program reads.
+    /// A release that serves `v1beta1` only (upstream mcs-api's CRDs can).
     V1beta1Only,
 }
 
@@ -40,12 +42,17 @@ fn serve(api: &FakeApiServer, crds: Crds) {
         Crds::V1alpha1Only => "v1beta1",
         Crds::V1beta1Only => "v1alpha1",
     };
+    unserve(api, drop);
+}
+
+/// Makes `api` stop serving `version` of both kinds, keeping their objects.
+fn unserve(api: &FakeApiServer, version: &str) {
     for plural in ["serviceexports", "serviceimports"] {
-        api.unregister(MCS, drop, plural);
+        api.unserve(MCS, version, plural);
     }
 }
 
-/// Serves `v1alpha1` of both kinds again, beside `v1beta1`.
+/// Serves both versions of both kinds again.
 fn serve_both_again(api: &FakeApiServer) {
     for (plural, kind) in [
         ("serviceexports", "ServiceExport"),
@@ -128,14 +135,14 @@ fn export_records(set: &KubeClusterset) -> Vec<String> {
     names
 }
 
-/// Exports pass between members and brokers of every CRD release that
-/// serves `v1alpha1`: a member with mcs-api v0.5's CRDs whose export is
-/// written as `v1beta1`, a member with `v1alpha1` only, and a broker with
-/// either; every member gets the import, its status and the answers.
+/// Exports pass between members and brokers of every CRD release: a member
+/// with mcs-api v0.5's CRDs whose export is written as `v1beta1`, a member
+/// with `v1alpha1` only, one with `v1beta1` only, and a broker with any of
+/// the three; every member gets the import, its status and the answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exports_pass_between_every_crd_release_that_serves_v1alpha1() {
-    for broker in [Crds::Both, Crds::V1alpha1Only] {
-        let set = three(broker, [Crds::Both, Crds::Both, Crds::V1alpha1Only]).await;
+async fn exports_pass_between_members_and_brokers_of_every_crd_release() {
+    for broker in [Crds::Both, Crds::V1alpha1Only, Crds::V1beta1Only] {
+        let set = three(broker, [Crds::Both, Crds::V1beta1Only, Crds::V1alpha1Only]).await;
         export_db(&set, "east", "v1beta1", "10.1.0.40");
         export_db(&set, "west", "v1alpha1", "10.3.0.40");
         for id in ALL {
@@ -159,25 +166,30 @@ async fn exports_pass_between_every_crd_release_that_serves_v1alpha1() {
                 },
             )
             .await;
+            assert_eq!(set.mcs_slice_objects(id, "shop", "db").len(), 2, "{id}");
         }
-        let conditions = set.export_conditions("east", "shop", "db");
-        assert!(
-            conditions.contains(&("Ready".into(), "True".into(), "Exported".into())),
-            "the v1beta1 export's status: {conditions:?}"
-        );
+        for id in ["east", "west"] {
+            let conditions = set.export_conditions(id, "shop", "db");
+            assert!(
+                conditions.contains(&("Ready".into(), "True".into(), "Exported".into())),
+                "{id}'s export status (broker {broker:?}): {conditions:?}"
+            );
+        }
     }
 }
 
-/// A member whose CRDs stop serving `v1alpha1` (upgraded to a release that
-/// serves `v1beta1` only) keeps what it knew: it still publishes its export
-/// (a new endpoint of it reaches the others), its export record stays on the
-/// broker, and so do the others' imports; it says so in
-/// `clusterset_dns_watch_not_served` and a log line naming the CRD. A
-/// replica started while the version is not served never completes its
-/// first sync, so it writes nothing and deletes nothing. Served again,
-/// everything is read again: an unexport then goes everywhere.
+/// A member whose CRDs change the versions they serve follows them: from
+/// both to `v1alpha1` only (a rollback to a release before mcs-api v0.5) it
+/// reads and writes at `v1alpha1` and reports nothing missing. Served at no
+/// version (`served: false` everywhere) it keeps what it knew: it still
+/// publishes its export (a new endpoint of it reaches the others), its
+/// export record stays on the broker, and so do the others' imports; it
+/// says so in `clusterset_dns_watch_not_served` and a log line naming the
+/// CRD. A replica started meanwhile never completes its first sync, so it
+/// writes nothing and deletes nothing. Served again, everything is read
+/// again: an unexport then goes everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_whose_crds_stop_serving_v1alpha1_loses_no_export_and_says_so() {
+async fn a_member_whose_crds_change_versions_follows_them_and_loses_no_export() {
     let mut set = three(Crds::Both, [Crds::Both; 3]).await;
     export_db(&set, "east", "v1alpha1", "10.1.0.40");
     export_db(&set, "north", "v1beta1", "10.2.0.40");
@@ -189,8 +201,45 @@ async fn a_member_whose_crds_stop_serving_v1alpha1_loses_no_export_and_says_so()
     assert_eq!(records, ["db.shop.east", "db.shop.north"]);
 
     let north = 1;
-    serve(&set.members[north].api, Crds::V1beta1Only);
+    serve(&set.members[north].api, Crds::V1alpha1Only);
     // The real API server ends the watches of a version it stops serving.
+    set.members[north].api.cut_watches();
+    set.apply(
+        "north",
+        [slice(
+            "shop",
+            "db-north",
+            "db",
+            &[ep("10.2.0.40"), ep("10.2.0.41")],
+        )],
+    );
+    let three_pods = ips(["10.1.0.40", "10.2.0.40", "10.2.0.41"]);
+    for id in ALL {
+        answers(&set, id, three_pods.clone()).await;
+    }
+    // A new export is read, and its import and status written, at v1alpha1.
+    set.apply(
+        "north",
+        cluster_ip("shop", "api", &["10.2.0.50"]).exported(),
+    );
+    eventually_within(CONVERGE, "north imports api", true, || async {
+        set.import("north", "shop", "api").is_some()
+    })
+    .await;
+    eventually_within(CONVERGE, "north's api export is Ready", true, || async {
+        let conditions = set.export_conditions("north", "shop", "api");
+        conditions.contains(&("Ready".into(), "True".into(), "Exported".into()))
+    })
+    .await;
+    for resource in ["serviceexports", "written/serviceimports"] {
+        assert_eq!(
+            not_served(&set, "north", 0, resource).await,
+            0.0,
+            "{resource}"
+        );
+    }
+
+    unserve(&set.members[north].api, "v1alpha1");
     set.members[north].api.cut_watches();
     for resource in ["serviceexports", "written/serviceimports"] {
         eventually_within(CONVERGE, &format!("north reports {resource}"), 1.0, || {
@@ -206,15 +255,15 @@ async fn a_member_whose_crds_stop_serving_v1alpha1_loses_no_export_and_says_so()
             "shop",
             "db-north",
             "db",
-            &[ep("10.2.0.40"), ep("10.2.0.41")],
+            &[ep("10.2.0.40"), ep("10.2.0.41"), ep("10.2.0.42")],
         )],
     );
-    let three_pods = ips(["10.1.0.40", "10.2.0.40", "10.2.0.41"]);
-    for id in ["east", "west"] {
-        answers(&set, id, three_pods.clone()).await;
+    let four_pods = ips(["10.1.0.40", "10.2.0.40", "10.2.0.41", "10.2.0.42"]);
+    for id in ALL {
+        answers(&set, id, four_pods.clone()).await;
     }
-    answers(&set, "north", three_pods.clone()).await;
-    assert_eq!(export_records(&set), records);
+    let records = export_records(&set);
+    assert_eq!(records, ["api.shop.north", "db.shop.east", "db.shop.north"]);
 
     // A restarted replica cannot list ServiceExports: no first sync.
     set.kill_replica(north, 0);
@@ -231,7 +280,7 @@ async fn a_member_whose_crds_stop_serving_v1alpha1_loses_no_export_and_says_so()
         "nothing deleted on the broker"
     );
     for id in ["east", "west"] {
-        assert_eq!(set.resolve(id, DB, RecordType::A).await, three_pods);
+        assert_eq!(set.resolve(id, DB, RecordType::A).await, four_pods);
         let import = set.import(id, "shop", "db").expect("the import stays");
         assert_eq!(status_clusters(&import), ["east", "north"]);
     }
@@ -245,23 +294,45 @@ async fn a_member_whose_crds_stop_serving_v1alpha1_loses_no_export_and_says_so()
     for id in ALL {
         answers(&set, id, ips(["10.1.0.40"])).await;
     }
-    assert_eq!(export_records(&set), ["db.shop.east"]);
+    assert_eq!(export_records(&set), ["api.shop.north", "db.shop.east"]);
 }
 
-/// A broker whose ServiceImport CRD stops serving `v1alpha1`: every member
+/// A broker whose ServiceImport CRD stops serving `v1beta1`: every member
+/// follows it to `v1alpha1`. Then served at no version: every member
 /// reports `broker/serviceimports` not served and keeps the export records
 /// it read, so no member's import, slices or answers go; endpoints still
 /// flow (the broker's EndpointSlices are still read). Served again, the
 /// records are read again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_whose_crd_stops_serving_v1alpha1_makes_no_member_delete_anything() {
+async fn a_broker_whose_crd_serves_no_version_makes_no_member_delete_anything() {
     let set = three(Crds::Both, [Crds::Both; 3]).await;
     export_db(&set, "east", "v1alpha1", "10.1.0.40");
     export_db(&set, "west", "v1alpha1", "10.3.0.40");
     for id in ALL {
         answers(&set, id, ips(["10.1.0.40", "10.3.0.40"])).await;
     }
-    set.broker.unregister(MCS, "v1alpha1", "serviceimports");
+    set.broker.unserve(MCS, "v1beta1", "serviceimports");
+    set.broker.cut_watches();
+    set.apply("north", headless("shop", "db", &["IPv4"]).exported());
+    set.apply(
+        "north",
+        [slice("shop", "db-north", "db", &[ep("10.2.0.40")])],
+    );
+    for id in ALL {
+        answers(&set, id, ips(["10.1.0.40", "10.2.0.40", "10.3.0.40"])).await;
+        assert_eq!(not_served(&set, id, 0, "broker/serviceimports").await, 0.0);
+    }
+    assert_eq!(
+        export_records(&set),
+        ["db.shop.east", "db.shop.north", "db.shop.west"],
+        "north's record was written at v1alpha1"
+    );
+    set.unexport("north", "shop", "db");
+    for id in ALL {
+        answers(&set, id, ips(["10.1.0.40", "10.3.0.40"])).await;
+    }
+
+    set.broker.unserve(MCS, "v1alpha1", "serviceimports");
     set.broker.cut_watches();
     for id in ALL {
         eventually_within(CONVERGE, &format!("{id} reports the broker"), 1.0, || {

@@ -12,7 +12,7 @@ use crate::cli::ServeArgs;
 use crate::commands::snapshot;
 use crate::dns;
 use crate::index::serial::SerialFile;
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::k8s::crd::{ServiceExport, ServiceImport};
 use crate::runtime::assembly::{self, Assembly, Source};
 use crate::sources::kubernetes::served;
 
@@ -121,15 +121,20 @@ async fn kubernetes(source: assembly::Kubernetes) -> CheckReport {
         problems: Vec::new(),
     };
     let (connection, broker_namespace) = (source.connection, &source.broker_namespace);
-    let exports: Api<ServiceExport> = Api::all(connection.local.clone());
+    let (exports_at, records_at) = (
+        &connection.mcs.local_exports,
+        &connection.mcs.broker_imports,
+    );
+    let exports: Api<ServiceExport> = exports_at.api(exports_at.get(), None);
     match exports.list(&ListParams::default().limit(1)).await {
         Ok(_) => report.summary.push_str(&format!(
-            "local cluster {}: ServiceExports readable\n",
-            connection.cluster
+            "local cluster {}: ServiceExports readable ({})\n",
+            connection.cluster,
+            exports_at.get().name()
         )),
         Err(e) => report.problems.push(format!(
             "local cluster: cannot list ServiceExports: {}",
-            why::<ServiceExport>(&e)
+            served::why(&exports_at.resource_name(), &e)
         )),
     }
     let namespaces: Api<Namespace> = Api::all(connection.broker.clone());
@@ -141,28 +146,17 @@ async fn kubernetes(source: assembly::Kubernetes) -> CheckReport {
         // Reading namespaces is not needed to serve: the broker RBAC may forbid it.
         Err(_) => {}
     }
-    let records: Api<ServiceImport> = Api::namespaced(connection.broker, broker_namespace);
+    let records: Api<ServiceImport> = records_at.api(records_at.get(), Some(broker_namespace));
     match records.list(&ListParams::default()).await {
         Ok(list) => report.summary.push_str(&format!(
-            "broker namespace {broker_namespace}: {} ServiceImports (export and VIP records)\n",
-            list.items.len()
+            "broker namespace {broker_namespace}: {} ServiceImports (export and VIP records, {})\n",
+            list.items.len(),
+            records_at.get().name()
         )),
         Err(e) => report.problems.push(format!(
             "broker: cannot list ServiceImports in {broker_namespace}: {}",
-            why::<ServiceImport>(&e)
+            served::why(&records_at.resource_name(), &e)
         )),
     }
     report
-}
-
-/// Why a list of `K` failed, naming the CRD and version when it is not served.
-fn why<K: kube::Resource<DynamicType = ()>>(error: &kube::Error) -> String {
-    if served::is_not_served(error) {
-        format!(
-            "{} is not served (404: the CRD is missing or does not serve this version)",
-            served::resource_name::<K>()
-        )
-    } else {
-        error.to_string()
-    }
 }

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::engine::Engine;
 use crate::index::Index;
-use crate::k8s::crd::v1alpha1::ServiceImport;
+use crate::k8s::crd::ServiceImport;
 use crate::k8s::records::{self, Role};
 use crate::model::Change;
 use crate::runtime::assembly::{Assembly, Kubernetes, Source};
@@ -131,7 +131,8 @@ async fn kubernetes(mut pipeline: Pipeline, source: Kubernetes) -> anyhow::Resul
     read(&list(&broker_slices).await?, &broker_slices, &mut facts);
     read(&list(&namespaces).await?, &namespaces, &mut facts);
     pipeline.apply_initial(changes);
-    let claims = VipClaims::new(source.connection.broker, broker_ns)
+    let connection = source.connection;
+    let claims = VipClaims::new(connection.broker, connection.mcs.broker_imports, broker_ns)
         .list()
         .await
         .map_err(|e| {
@@ -147,7 +148,8 @@ async fn kubernetes(mut pipeline: Pipeline, source: Kubernetes) -> anyhow::Resul
 /// Every object of `source`.
 async fn list<K>(source: &FactSource<K>) -> anyhow::Result<Vec<K>>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K: Resource + Clone + DeserializeOwned + Debug + 'static,
+    K::DynamicType: Default,
 {
     let mut params = ListParams::default();
     if let Some(labels) = source.labels {
@@ -155,24 +157,18 @@ where
     }
     Ok(source
         .api
+        .api()
         .list(&params)
         .await
         .map_err(|e| {
-            if served::is_not_served(&e) {
-                let crd = served::resource_name::<K>();
-                anyhow::anyhow!(
-                    "cannot list {}: {crd} is not served (404: the CRD is missing or does not serve this version)",
-                    source.resource
-                )
-            } else {
-                anyhow::anyhow!("cannot list {}: {e}", source.resource)
-            }
+            let why = served::why(&source.api.resource_name(), &e);
+            anyhow::anyhow!("cannot list {}: {why}", source.resource)
         })?
         .items)
 }
 
 /// Reads `objects` of `source` into `(changes, problems)`.
-fn read<K: Resource<DynamicType = ()>>(
+fn read<K: Resource<DynamicType: Default>>(
     objects: &[K],
     source: &FactSource<K>,
     (changes, problems): &mut (&mut Vec<Change>, &mut Vec<String>),
@@ -182,7 +178,7 @@ fn read<K: Resource<DynamicType = ()>>(
             Ok(read) => changes.extend(read),
             Err(why) => problems.push(format!(
                 "{} {}/{}: {why}",
-                K::kind(&()),
+                K::kind(&Default::default()),
                 object.namespace().unwrap_or_default(),
                 object.name_any()
             )),

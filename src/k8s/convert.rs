@@ -257,7 +257,7 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
 /// `metadata.creationTimestamp`, when present, replaces it entirely, so that
 /// exports created in the same second fall back to cluster id order.
 pub fn service_export(
-    export: &crd::v1alpha1::ServiceExport,
+    export: &crd::ServiceExport,
     observed: ExportAge,
 ) -> Result<(ServiceKey, Object), ConvertError> {
     let (namespace, name) = identity("ServiceExport", &export.metadata)?;
@@ -551,7 +551,7 @@ mod tests {
             created: 1000,
             seq: 7,
         };
-        let export: crd::v1alpha1::ServiceExport = serde_json::from_value(json!({
+        let export: crd::ServiceExport = serde_json::from_value(json!({
             "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
             "metadata": {"name": "web", "namespace": "prod",
                          "creationTimestamp": "2024-01-02T03:04:05Z"},
@@ -577,7 +577,7 @@ mod tests {
             Some("b")
         );
 
-        let export: crd::v1alpha1::ServiceExport = serde_json::from_value(json!({
+        let export: crd::ServiceExport = serde_json::from_value(json!({
             "metadata": {"name": "web"}, "spec": {}
         }))
         .unwrap();

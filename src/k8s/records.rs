@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::import::Import;
 
 use crate::k8s::convert::ConvertError;
-use crate::k8s::crd::v1alpha1::{ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
+use crate::k8s::crd::{McsVersion, ServiceImport, ServiceImportSpec};
 use crate::model::{
     ClusterId, ExportAge, ExportInfo, Exported, ImportType, IpFamily, SESSION_AFFINITIES,
     ServiceInfo, ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting,
@@ -163,6 +163,7 @@ pub fn mirror_slice_name(key: &ServiceKey, cluster: &str, slice: &str) -> String
 /// A cluster's export record for the broker, from its export and Service.
 /// `clusterset_ip` and `pod_ips` are the switches with the global defaults applied.
 pub fn export_record(
+    version: McsVersion,
     key: &ServiceKey,
     cluster: &str,
     export: &ExportInfo,
@@ -180,8 +181,9 @@ pub fn export_record(
     let mut labels = service_labels(key, Some(cluster));
     labels.insert(LABEL_ROLE.into(), Role::Export.as_str().into());
     let type_ = ImportType::of(service.kind);
-    ServiceImport {
-        metadata: ObjectMeta {
+    ServiceImport::at(
+        version,
+        ObjectMeta {
             name: Some(export_record_name(key, cluster)),
             labels: Some(labels),
             annotations: Some(BTreeMap::from([(
@@ -190,7 +192,7 @@ pub fn export_record(
             )])),
             ..ObjectMeta::default()
         },
-        spec: ServiceImportSpec {
+        ServiceImportSpec {
             ports: service.ports.to_vec(),
             ips: service
                 .cluster_ips
@@ -208,8 +210,7 @@ pub fn export_record(
             internal_traffic_policy: Some(service.internal_traffic_policy.to_string()),
             traffic_distribution: service.traffic_distribution.clone(),
         },
-        status: None,
-    }
+    )
 }
 
 /// Reads back an export record: the service, the cluster, and what its export and Service say.
@@ -290,16 +291,17 @@ pub fn read_export_record(
 }
 
 /// The broker's VIP agreement for a service.
-pub fn vip_record(key: &ServiceKey, vips: &[IpAddr]) -> ServiceImport {
+pub fn vip_record(version: McsVersion, key: &ServiceKey, vips: &[IpAddr]) -> ServiceImport {
     let mut labels = service_labels(key, None);
     labels.insert(LABEL_ROLE.into(), Role::Import.as_str().into());
-    ServiceImport {
-        metadata: ObjectMeta {
+    ServiceImport::at(
+        version,
+        ObjectMeta {
             name: Some(vip_record_name(key)),
             labels: Some(labels),
             ..ObjectMeta::default()
         },
-        spec: ServiceImportSpec {
+        ServiceImportSpec {
             ips: vips.iter().map(ToString::to_string).collect(),
             type_: ImportType::ClusterSetIP.as_str().to_owned(),
             ip_families: vips
@@ -308,8 +310,7 @@ pub fn vip_record(key: &ServiceKey, vips: &[IpAddr]) -> ServiceImport {
                 .collect(),
             ..ServiceImportSpec::default()
         },
-        status: None,
-    }
+    )
 }
 
 /// The [`ANNOTATION_CLUSTER_PORTS`] value of an import.
@@ -464,8 +465,19 @@ mod tests {
             clusterset_ip: None,
             pod_ips: Some(false),
         };
-        let record = export_record(&key, "east.eu", &export, &service(), true, true);
+        let record = export_record(
+            McsVersion::V1alpha1,
+            &key,
+            "east.eu",
+            &export,
+            &service(),
+            true,
+            true,
+        );
         assert_eq!(record.metadata.name.as_deref(), Some("web.shop.east.eu"));
+        let written = serde_json::to_value(&record).unwrap();
+        assert_eq!(written["apiVersion"], "multicluster.x-k8s.io/v1alpha1");
+        assert_eq!(written["kind"], "ServiceImport");
         assert_eq!(role(&record), Some(Role::Export));
         // Through JSON, as the API server stores it.
         let stored: ServiceImport =
@@ -485,6 +497,7 @@ mod tests {
     #[test]
     fn broken_records_are_named() {
         let mut record = export_record(
+            McsVersion::V1beta1,
             &ServiceKey::new("shop", "web"),
             "east",
             &crate::engine::aggregate::tests::export(1),

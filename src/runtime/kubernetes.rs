@@ -28,10 +28,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cli::KubernetesArgs;
-use crate::k8s::crd::v1alpha1::ServiceImport;
+use crate::k8s::crd::ServiceImport;
 use crate::k8s::records;
 use crate::model::backoff::Backoff;
 use crate::model::{Change, ClusterId, Hasher, ServiceKey};
@@ -40,6 +40,7 @@ use crate::runtime::assembly::Kubernetes;
 use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};
 use crate::sources::kubernetes::client::Connection;
 use crate::sources::kubernetes::readers::{FactSource, FactSources};
+use crate::sources::kubernetes::served::Place;
 use crate::sources::kubernetes::watch::{Merged, Watches, batches};
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
@@ -234,21 +235,24 @@ impl Controller {
         // broker's, not this member's, and must not read as stale imports.
         let not_broker = format!("metadata.namespace!={}", self.args.broker_namespace);
         self.written::<ServiceImport>(
-            Api::all(local.clone()),
+            Place::mcs(self.connection.mcs.local_imports.clone(), None),
             records::MANAGED_SELECTOR,
             &not_broker,
             "written/serviceimports",
             caches.local_imports.clone(),
         );
         self.written::<EndpointSlice>(
-            Api::all(local),
+            Place::fixed(Api::all(local)),
             records::MANAGED_SLICES_SELECTOR,
             &not_broker,
             "written/endpointslices",
             caches.local_slices.clone(),
         );
         self.written::<ConfigMap>(
-            Api::namespaced(self.connection.broker.clone(), &self.args.broker_namespace),
+            Place::fixed(Api::namespaced(
+                self.connection.broker.clone(),
+                &self.args.broker_namespace,
+            )),
             vip_claims::CLAIM_SELECTOR,
             "",
             "broker/vip-claims",
@@ -262,7 +266,13 @@ impl Controller {
     /// service. Returns the source's name.
     fn facts<K>(&mut self, source: FactSource<K>, seen: Option<Arc<dyn Follow<K>>>) -> &'static str
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource<DynamicType: Default>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let queue = self.queue.clone();
         self.watches.facts(&mut self.tasks, source, move |event| {
@@ -276,19 +286,25 @@ impl Controller {
     /// kept in `seen`; a change queues its service.
     fn written<K>(
         &mut self,
-        api: Api<K>,
+        place: Place<K>,
         labels: &str,
         fields: &str,
         resource: &'static str,
         seen: Arc<dyn Follow<K>>,
     ) where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource<DynamicType: Default>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let queue = self.queue.clone();
         let config = watcher::Config::default().labels(labels).fields(fields);
         let tasks = &mut self.tasks;
         self.watches
-            .spawn(tasks, api, config, resource, move |event| {
+            .spawn(tasks, place, config, resource, move |event| {
                 for key in seen.on_event(&event) {
                     queue.add(key);
                 }
@@ -349,7 +365,7 @@ impl Controller {
         let seen = liveness.clone();
         self.watches.spawn(
             &mut self.tasks,
-            Api::<Lease>::namespaced(broker, &namespace),
+            Place::fixed(Api::<Lease>::namespaced(broker, &namespace)),
             watcher::Config::default().labels(heartbeat::SELECTOR),
             "broker/leases",
             move |event| {
@@ -399,6 +415,7 @@ impl Controller {
             settings,
             self.connection.local.clone(),
             self.connection.broker.clone(),
+            self.connection.mcs.clone(),
             caches,
             self.pipeline.clone(),
             self.metrics.clone(),
@@ -427,7 +444,11 @@ impl Controller {
                         Err(WriteError::Waiting(wait)) => queue.add_after(key, wait),
                         Err(error) => {
                             let delay = queue.add_rate_limited(key.clone());
-                            warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
+                            if error.namespace_terminating() {
+                                debug!(service = %key, retry_in = ?delay, "namespace being deleted; will retry");
+                            } else {
+                                warn!(service = %key, %error, retry_in = ?delay, "cannot write; will retry");
+                            }
                         }
                     }
                 }
@@ -449,7 +470,11 @@ impl Controller {
             self.pipeline.clone(),
             self.metrics.clone(),
         );
-        let claims = VipClaims::new(self.connection.broker.clone(), &self.args.broker_namespace);
+        let claims = VipClaims::new(
+            self.connection.broker.clone(),
+            self.connection.mcs.broker_imports.clone(),
+            &self.args.broker_namespace,
+        );
         let sweep = move |caches: Caches| {
             let claims = claims.clone();
             async move {

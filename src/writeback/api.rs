@@ -11,6 +11,16 @@ pub fn is_code(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
+/// Whether an API server refused a write because the object's namespace is
+/// being deleted (403, cause `NamespaceTerminating`): the namespace watch
+/// retracts its services next, so this is no refusal to report.
+pub fn is_namespace_terminating(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 403
+    && status.details.as_ref().is_some_and(|d| {
+        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
+    }))
+}
+
 /// Delete parameters that only delete the version of the object that was
 /// read (`409 Conflict` when someone changed or replaced it meanwhile).
 pub fn delete_if_unchanged(meta: &ObjectMeta) -> DeleteParams {

@@ -14,7 +14,7 @@ use kube::Resource;
 use super::version::fingerprint;
 use crate::engine::ClusterInputs;
 use crate::k8s::crd::EndpointSliceObjects;
-use crate::k8s::crd::v1alpha1::ServiceImport;
+use crate::k8s::crd::{McsVersion, ServiceImport};
 use crate::k8s::records;
 use crate::model::import::ImportCluster;
 use crate::model::port::names_backed_port;
@@ -190,11 +190,13 @@ pub fn member_plans<'a>(
 /// import's VIPs or reported "no EndpointSlices synced" would be wrong.
 pub const ENDPOINT_SLICE_OBJECTS: EndpointSliceObjects = EndpointSliceObjects::Present;
 
-/// The owner reference of the member's ServiceImport of `key`, whose `uid` is given.
-pub fn import_owner(key: &ServiceKey, uid: String) -> OwnerReference {
+/// The owner reference of the member's ServiceImport of `key`, whose `uid`
+/// is given, at the `version` the local cluster serves it at (the garbage
+/// collector finds the owner through that version).
+pub fn import_owner(version: McsVersion, key: &ServiceKey, uid: String) -> OwnerReference {
     OwnerReference {
-        api_version: ServiceImport::api_version(&()).into_owned(),
-        kind: ServiceImport::kind(&()).into_owned(),
+        api_version: ServiceImport::api_version(&version).into_owned(),
+        kind: ServiceImport::kind(&version).into_owned(),
         name: key.name().to_string(),
         uid,
         ..OwnerReference::default()
@@ -361,7 +363,7 @@ mod tests {
     /// owned by the ServiceImport with uid `uid-1`.
     fn mirrored(cluster: &ImportCluster) -> Vec<(String, EndpointSlice)> {
         let key = ServiceKey::new("shop", "web");
-        let owner = import_owner(&key, "uid-1".into());
+        let owner = import_owner(McsVersion::V1beta1, &key, "uid-1".into());
         let empty = Arc::new(SliceInfo::default());
         let pods = pods();
         let sources = [("web-abc", &pods), ("web-empty", &empty)];
@@ -403,7 +405,10 @@ mod tests {
             );
         }
         let owners = slice.metadata.owner_references.clone().unwrap_or_default();
-        assert_eq!(owners, [import_owner(&key, "uid-1".into())]);
+        assert_eq!(
+            owners,
+            [import_owner(McsVersion::V1beta1, &key, "uid-1".into())]
+        );
         assert_eq!(owners[0].kind, "ServiceImport");
         assert_eq!(owners[0].name, "web");
         assert_eq!(owners[0].uid, "uid-1");
@@ -452,7 +457,7 @@ mod tests {
             ..(*pods).clone()
         });
         let member = |cluster: &ImportCluster, slice: &Arc<SliceInfo>, uid: &str| {
-            let owner = import_owner(&key, uid.into());
+            let owner = import_owner(McsVersion::V1beta1, &key, uid.into());
             let plans: Vec<_> = member_plans(&key, cluster, [("web-abc", slice)], &owner)
                 .map(|p| (p.recipe(), p.build()))
                 .collect();

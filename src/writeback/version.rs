@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::api::delete_if_at;
 use crate::k8s::crd::ServiceImportStatus;
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::k8s::crd::{ServiceExport, ServiceImport};
 use crate::k8s::records::{LABEL_MANAGED_BY, LABEL_SLICE_MANAGED_BY, MANAGER};
 use crate::model::Hasher;
 

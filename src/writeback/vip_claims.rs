@@ -26,8 +26,9 @@ use tracing::debug;
 
 use super::api::{delete_if_unchanged, is_code};
 use super::seen::SeenStore;
-use crate::k8s::crd::v1alpha1::ServiceImport;
+use crate::k8s::crd::{McsVersion, ServiceImport};
 use crate::k8s::records::{self, MANAGER};
+use crate::k8s::served_versions::ServedVersion;
 use crate::model::{IpFamily, ServiceKey};
 
 /// Label marking VIP claims.
@@ -66,17 +67,27 @@ pub enum Taken {
 /// VIP claims and records in the broker namespace.
 #[derive(Clone)]
 pub struct VipClaims {
-    records: Api<ServiceImport>,
+    /// The version the broker serves its records (ServiceImports) at.
+    records: ServedVersion,
+    namespace: String,
     claims: Api<ConfigMap>,
 }
 
 impl VipClaims {
-    /// Claims kept in `namespace` of the broker.
-    pub fn new(broker: Client, namespace: &str) -> Self {
+    /// Claims kept in `namespace` of the broker, whose ServiceImports are
+    /// served at `records`.
+    pub fn new(broker: Client, records: ServedVersion, namespace: &str) -> Self {
         Self {
-            records: Api::namespaced(broker.clone(), namespace),
+            records,
+            namespace: namespace.to_owned(),
             claims: Api::namespaced(broker, namespace),
         }
+    }
+
+    /// The VIP records' API, at the version the broker serves now.
+    fn records(&self) -> (McsVersion, Api<ServiceImport>) {
+        let version = self.records.get();
+        (version, self.records.api(version, Some(&self.namespace)))
     }
 
     /// The VIPs of `key`, one per family of `families` (in that order),
@@ -114,7 +125,8 @@ impl VipClaims {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(5 << attempt.min(6))).await;
             }
-            let record = self.records.get_opt(name).await?;
+            let (version, api) = self.records();
+            let record = api.get_opt(name).await?;
             let mut vips = record
                 .as_ref()
                 .map(records::record_vips)
@@ -131,14 +143,12 @@ impl VipClaims {
                 let ip = self.claim(key, family, candidates(family), mine).await?;
                 vips.push(ip);
             }
-            let mut wanted = records::vip_record(key, &vips);
+            let mut wanted = records::vip_record(version, key, &vips);
             let written = match record {
-                None => self.records.create(&PostParams::default(), &wanted).await,
+                None => api.create(&PostParams::default(), &wanted).await,
                 Some(current) => {
                     wanted.metadata.resource_version = current.metadata.resource_version;
-                    self.records
-                        .replace(name, &PostParams::default(), &wanted)
-                        .await
+                    api.replace(name, &PostParams::default(), &wanted).await
                 }
             };
             match written {
@@ -238,11 +248,11 @@ impl VipClaims {
     /// Deletes the VIP record of `key` and the claims it held (after the last export went).
     pub async fn release(&self, key: &ServiceKey) -> Result<(), kube::Error> {
         let name = records::vip_record_name(key);
-        let Some(record) = self.records.get_opt(&name).await? else {
+        let (_, api) = self.records();
+        let Some(record) = api.get_opt(&name).await? else {
             return Ok(());
         };
-        match self
-            .records
+        match api
             .delete(&name, &delete_if_unchanged(&record.metadata))
             .await
         {

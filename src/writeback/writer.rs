@@ -36,9 +36,10 @@ use super::slices::{self, Matched, Plan};
 use super::version::{Owned, Token, Version, conditions_digest, status_digest};
 use super::vip_claims::{self, ClaimError, Taken, VipClaims};
 use crate::engine::{ClusterInputs, Engine, EngineReader, PerCluster};
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::crd::{ClusterStatus, EndpointSliceObjects, ServiceImportStatus};
+use crate::k8s::crd::{McsVersion, ServiceExport, ServiceImport, ServiceImportSpec};
 use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER, Role, source_cluster};
+use crate::k8s::served_versions::McsVersions;
 use crate::model::conditions::{CONFLICT, Condition, READY, VALID};
 use crate::model::import::{Aggregate, Import};
 use crate::model::{ClusterId, ImportType, IpFamily, ServiceKey, ServiceKind, shared_name};
@@ -217,6 +218,8 @@ pub struct Writer {
     settings: WriterSettings,
     local: Client,
     broker: Client,
+    /// The version each MCS kind is written at.
+    mcs: McsVersions,
     claims: VipClaims,
     caches: Caches,
     /// The engine, read under the pipeline's lock (ARCHITECTURE.md, "The flow").
@@ -253,21 +256,31 @@ pub enum WriteError {
     Waiting(Duration),
 }
 
+impl WriteError {
+    /// Whether the write was refused because its namespace is being deleted.
+    pub fn namespace_terminating(&self) -> bool {
+        matches!(self, Self::Api(e) if api::is_namespace_terminating(e))
+    }
+}
+
 impl Writer {
     /// A writer over the given clients, caches and engine.
     pub fn new(
         settings: WriterSettings,
         local: Client,
         broker: Client,
+        mcs: McsVersions,
         caches: Caches,
         engine: Arc<dyn EngineReader>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let claims = VipClaims::new(broker.clone(), &settings.broker_namespace);
+        let records = mcs.broker_imports.clone();
+        let claims = VipClaims::new(broker.clone(), records, &settings.broker_namespace);
         Self {
             settings,
             local,
             broker,
+            mcs,
             claims,
             caches,
             engine,
@@ -395,8 +408,11 @@ impl Writer {
     async fn broker_export(&self, key: &ServiceKey, snapshot: &Snapshot) -> Result<(), WriteError> {
         let cluster = &self.settings.cluster;
         let name = records::export_record_name(key, cluster);
+        let (at, namespace) = (&self.mcs.broker_imports, &self.settings.broker_namespace);
+        let version = at.get();
         let desired = self.local_export(snapshot).map(|(export, service, _)| {
             records::export_record(
+                version,
                 key,
                 cluster,
                 export,
@@ -408,9 +424,9 @@ impl Writer {
         let actual = self
             .caches
             .broker_records
-            .get(&self.settings.broker_namespace, &name)
+            .get(namespace, &name)
             .map(|seen| seen.version.clone());
-        let api = Api::namespaced(self.broker.clone(), &self.settings.broker_namespace);
+        let api = at.api(version, Some(namespace));
         self.ensure(&api, &name, desired, actual).await.map(drop)
     }
 
@@ -546,9 +562,10 @@ impl Writer {
         key: &ServiceKey,
         import: Option<&Import>,
     ) -> Result<Option<String>, WriteError> {
-        let api: Api<ServiceImport> = Api::namespaced(self.local.clone(), key.namespace());
+        let version = self.mcs.local_imports.get();
+        let api: Api<ServiceImport> = self.mcs.local_imports.api(version, Some(key.namespace()));
         let actual = self.caches.local_imports.get(key.namespace(), key.name());
-        let desired = import.map(|import| local_import(key, import));
+        let desired = import.map(|import| local_import(version, key, import));
         let version = actual.as_ref().map(|a| a.version.clone());
         let written = self.ensure(&api, key.name(), desired, version).await?;
         let Some(import) = import else {
@@ -612,7 +629,7 @@ impl Writer {
             .unwrap_or_default();
         let owner = import
             .as_ref()
-            .map(|(_, uid)| slices::import_owner(key, uid.clone()));
+            .map(|(_, uid)| slices::import_owner(self.mcs.local_imports.get(), key, uid.clone()));
         let mut desired = Vec::new();
         if let (Some((import, _)), Some(owner)) = (&import, &owner) {
             for cluster in &import.clusters {
@@ -649,7 +666,8 @@ impl Writer {
         };
         let new = conditions(&status.conditions, &export.extract);
         if conditions_digest(&new) != export.version.digest {
-            let api: Api<ServiceExport> = Api::namespaced(self.local.clone(), key.namespace());
+            let at = &self.mcs.local_exports;
+            let api: Api<ServiceExport> = at.api(at.get(), Some(key.namespace()));
             let status = crate::k8s::crd::ServiceExportStatus { conditions: new };
             let _: ServiceExport = self.patch_status(&api, key.name(), &status).await?;
         }
@@ -707,9 +725,10 @@ impl Writer {
         actual: Option<Version>,
     ) -> Result<Option<String>, WriteError>
     where
-        K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
+        K: Resource<DynamicType: Default> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
-        let kind = K::kind(&());
+        let dt = K::DynamicType::default();
+        let kind = K::kind(&dt);
         let result = match (desired, actual) {
             (None, None) => return Ok(None),
             (Some(d), Some(a)) if d.owned_digest() == a.digest => return Ok(None),
@@ -759,7 +778,7 @@ impl Writer {
         current: &Version,
     ) -> Result<(&'static str, Option<String>), kube::Error>
     where
-        K: Resource<DynamicType = ()> + Owned + Clone + Serialize + DeserializeOwned + Debug,
+        K: Resource<DynamicType: Default> + Owned + Clone + Serialize + DeserializeOwned + Debug,
     {
         if desired.owned_digest() == current.digest {
             return Ok(("unchanged", None));
@@ -777,10 +796,11 @@ impl Writer {
         status: &S,
     ) -> Result<K, WriteError>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        K: Resource<DynamicType: Default> + Clone + DeserializeOwned + Debug,
         S: Serialize,
     {
-        let kind = K::kind(&());
+        let dt = K::DynamicType::default();
+        let kind = K::kind(&dt);
         let patch = Patch::Merge(json!({ "status": status }));
         match api
             .patch_status(name, &PatchParams::default(), &patch)
@@ -800,11 +820,24 @@ impl Writer {
 
 /// The member cluster's ServiceImport for an import: families and VIPs
 /// limited to what the local cluster supports.
-fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
+fn local_import(version: McsVersion, key: &ServiceKey, import: &Import) -> ServiceImport {
     let mut labels = import.exported.labels.clone();
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER.into());
-    let mut object = ServiceImport::new(
-        key.name(),
+    let mut annotations = import.exported.annotations.clone();
+    annotations.insert(
+        records::ANNOTATION_CLUSTER_PORTS.into(),
+        records::cluster_ports(import),
+    );
+    let metadata = ObjectMeta {
+        name: Some(key.name().to_string()),
+        namespace: Some(key.namespace().to_string()),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+    ServiceImport::at(
+        version,
+        metadata,
         ServiceImportSpec {
             ports: import.ports.to_vec(),
             ips: import.local_vips().map(|ip| ip.to_string()).collect(),
@@ -819,16 +852,7 @@ fn local_import(key: &ServiceKey, import: &Import) -> ServiceImport {
             internal_traffic_policy: Some(import.service.internal_traffic_policy.to_string()),
             traffic_distribution: import.service.traffic_distribution.clone(),
         },
-    );
-    object.metadata.namespace = Some(key.namespace().to_string());
-    object.metadata.labels = Some(labels);
-    let mut annotations = import.exported.annotations.clone();
-    annotations.insert(
-        records::ANNOTATION_CLUSTER_PORTS.into(),
-        records::cluster_ports(import),
-    );
-    object.metadata.annotations = Some(annotations);
-    object
+    )
 }
 
 /// Kubernetes conditions for `new`, keeping the transition time of those whose status did not change.

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clusterset_dns::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use clusterset_dns::k8s::crd::{ServiceExport, ServiceImport};
 use fake_apiserver::FakeApiServer;
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::discovery::v1::EndpointSlice;

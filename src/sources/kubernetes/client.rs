@@ -1,5 +1,6 @@
 //! Connecting to the API servers of Kubernetes mode: the local cluster, the
-//! broker, and this cluster's id (the `cluster.clusterset.k8s.io` ClusterProperty).
+//! broker, this cluster's id (the `cluster.clusterset.k8s.io` ClusterProperty)
+//! and the MCS version each serves.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
+use crate::k8s::served_versions::McsVersions;
 use crate::model::ClusterId;
 
 /// Where the API servers of Kubernetes mode are and who this cluster is
@@ -36,6 +38,8 @@ pub struct Connection {
     pub broker: Client,
     /// This cluster's id.
     pub cluster: ClusterId,
+    /// The version each MCS kind is read and written at, per API server.
+    pub mcs: McsVersions,
 }
 
 /// Connects to the local cluster and the broker and finds this cluster's id.
@@ -53,10 +57,12 @@ pub async fn connect(args: &ConnectionSettings) -> anyhow::Result<Connection> {
         Some(id) => id.clone(),
         None => cluster_property(&local).await?,
     };
+    let mcs = McsVersions::discover(&local, &broker).await;
     Ok(Connection {
         local,
         broker,
         cluster: cluster.into(),
+        mcs,
     })
 }
 

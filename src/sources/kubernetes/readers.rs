@@ -11,9 +11,10 @@ use kube::{Api, ResourceExt};
 
 use super::client::Connection;
 use super::facts::Reader;
+use super::served::Place;
 use crate::k8s::convert;
 use crate::k8s::crd::LABEL_SERVICE_NAME;
-use crate::k8s::crd::v1alpha1::{ServiceExport, ServiceImport};
+use crate::k8s::crd::{ServiceExport, ServiceImport};
 use crate::k8s::records::source_cluster;
 use crate::k8s::records::{self, Role};
 use crate::model::{Change, ClusterId, ExportAge, Object};
@@ -24,7 +25,7 @@ pub struct FactSource<K> {
     /// Its name in logs and metrics (`services`, `broker/serviceimports`).
     pub resource: &'static str,
     /// Where its objects are.
-    pub api: Api<K>,
+    pub api: Place<K>,
     /// The label selector of the objects that count; None: all.
     pub labels: Option<&'static str>,
     /// What one object means.
@@ -53,41 +54,41 @@ impl FactSources {
     /// The fact sources of `connection`, the broker's shared state in `broker_namespace`.
     pub fn new(connection: &Connection, broker_namespace: &str) -> Self {
         let (local, broker) = (&connection.local, &connection.broker);
-        let me = &connection.cluster;
+        let (me, mcs) = (&connection.cluster, &connection.mcs);
         Self {
             namespaces: FactSource {
                 resource: "namespaces",
-                api: Api::all(local.clone()),
+                api: Place::fixed(Api::all(local.clone())),
                 labels: None,
                 read: namespaces(),
             },
             services: FactSource {
                 resource: "services",
-                api: Api::all(local.clone()),
+                api: Place::fixed(Api::all(local.clone())),
                 labels: None,
                 read: services(me.clone()),
             },
             service_exports: FactSource {
                 resource: "serviceexports",
-                api: Api::all(local.clone()),
+                api: Place::mcs(mcs.local_exports.clone(), None),
                 labels: None,
                 read: service_exports(me.clone()),
             },
             endpoint_slices: FactSource {
                 resource: "endpointslices",
-                api: Api::all(local.clone()),
+                api: Place::fixed(Api::all(local.clone())),
                 labels: Some(LABEL_SERVICE_NAME),
                 read: endpoint_slices(me.clone()),
             },
             broker_records: FactSource {
                 resource: "broker/serviceimports",
-                api: Api::namespaced(broker.clone(), broker_namespace),
+                api: Place::mcs(mcs.broker_imports.clone(), Some(broker_namespace)),
                 labels: None,
                 read: broker_records(me.clone()),
             },
             broker_slices: FactSource {
                 resource: "broker/endpointslices",
-                api: Api::namespaced(broker.clone(), broker_namespace),
+                api: Place::fixed(Api::namespaced(broker.clone(), broker_namespace)),
                 labels: None,
                 read: broker_slices(me.clone()),
             },

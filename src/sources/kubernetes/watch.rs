@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use kube::Resource;
 use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -20,7 +20,7 @@ use tracing::{error, info, warn};
 
 use super::facts::{Delta, Facts};
 use super::readers::FactSource;
-use super::served;
+use super::served::{self, Place};
 use crate::model::{Change, ClusterId};
 use crate::ops::metrics::Metrics;
 
@@ -60,7 +60,8 @@ impl Watches {
         mut also: impl FnMut(&Event<K>) + Send + 'static,
     ) -> &'static str
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
     {
         let FactSource {
             resource,
@@ -81,17 +82,20 @@ impl Watches {
         resource
     }
 
-    /// Watches `api` (the objects `config` selects) in `tasks`, calling
+    /// Watches `place` (the objects `config` selects) in `tasks`, calling
     /// `on_event` with each event; `resource` names it in logs and metrics.
+    /// A 404 after which the kind is served at another version moves the
+    /// watch there: it lists again, as after any restart.
     pub fn spawn<K>(
         &self,
         tasks: &mut JoinSet<()>,
-        api: Api<K>,
+        place: Place<K>,
         config: watcher::Config,
         resource: &'static str,
         mut on_event: impl FnMut(Event<K>) + Send + 'static,
     ) where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
     {
         let metrics = self.metrics.clone();
         // One sync-age series per watch: `broker/<resource>` or `<cluster>/<resource>`.
@@ -103,13 +107,18 @@ impl Watches {
             ),
         };
         let mut served = Served {
-            crd: served::resource_name::<K>(),
+            crd: place.resource_name(),
             server,
             missing: false,
         };
         tasks.spawn(async move {
-            let probe = api.clone();
-            let mut events = watcher::watcher(api, config).default_backoff().boxed();
+            let watch = |place: &Place<K>| {
+                let config = config.clone();
+                watcher::watcher(place.api(), config)
+                    .default_backoff()
+                    .boxed()
+            };
+            let mut events = watch(&place);
             // In sync: listed once, and no failure since (or the API server
             // answered again); a quiet healthy watch delivers nothing to tell.
             let (mut listed, mut healthy) = (false, false);
@@ -120,6 +129,7 @@ impl Watches {
                     event = events.next() => event,
                     _ = heartbeat.tick() => {
                         if listed && !healthy {
+                            let probe = place.api();
                             healthy = probe.list(&ListParams::default().limit(1)).await.is_ok();
                         }
                         if listed && healthy {
@@ -154,7 +164,10 @@ impl Watches {
                     Some(Err(error)) => {
                         healthy = false;
                         metrics.watch_failed(&source, resource);
-                        if served::watch_not_served(&error) {
+                        if served::watch_not_served(&error) && place.moved().await {
+                            events = watch(&place);
+                            served.crd = place.resource_name();
+                        } else if served::watch_not_served(&error) {
                             served.report(true, &metrics, &source, resource);
                         } else {
                             warn!(%source, error = %error, "watch failed; retrying");

@@ -201,11 +201,7 @@ impl ManifestSource {
             ("v1", "Namespace") => return,
             ("v1", "Service") => Kind::Service,
             ("discovery.k8s.io/v1", "EndpointSlice") => Kind::EndpointSlice,
-            (v, "ServiceExport")
-                if crd::VERSIONS
-                    .iter()
-                    .any(|ver| v == format!("{}/{ver}", crd::GROUP)) =>
-            {
+            (v, "ServiceExport") if crd::McsVersion::of_api_version(v).is_some() => {
                 Kind::ServiceExport
             }
             _ => {
@@ -274,7 +270,7 @@ impl ManifestSource {
                 convert::endpoint_slice(&slice)
             }
             Kind::ServiceExport => {
-                let export: crd::v1alpha1::ServiceExport =
+                let export: crd::ServiceExport =
                     serde_json::from_value(value).map_err(typed_err)?;
                 let observed = self.export_age(ctx, ident, now);
                 convert::service_export(&export, observed)

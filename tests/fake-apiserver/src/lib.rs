@@ -284,6 +284,16 @@ impl FakeApiServer {
             .unregister(group, version, plural);
     }
 
+    /// Stops serving one version of a resource, keeping its objects even
+    /// when no version is left (`served: false` on every version of a CRD).
+    pub fn unserve(&self, group: &str, version: &str, plural: &str) {
+        self.shared
+            .store
+            .lock()
+            .unwrap()
+            .unserve(group, version, plural);
+    }
+
     // ----- direct data access (no HTTP; still versioned and watched) ------
 
     /// Creates a namespace (no-op if it exists).
@@ -324,12 +334,13 @@ impl FakeApiServer {
 
     pub fn get<K>(&self, namespace: Option<&str>, name: &str) -> Option<K>
     where
-        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+        K: kube::Resource<DynamicType: Default> + DeserializeOwned,
     {
+        let dt = K::DynamicType::default();
         let store = self.shared.store.lock().unwrap();
-        let rt = store.lookup_gr(&K::group(&()), &K::plural(&()))?;
+        let rt = store.lookup_gr(&K::group(&dt), &K::plural(&dt))?;
         let obj = store.get(&rt, namespace, name).ok()?;
-        serde_json::from_value(server::render_object(&rt, &K::version(&()), &obj, false)).ok()
+        serde_json::from_value(server::render_object(&rt, &K::version(&dt), &obj, false)).ok()
     }
 
     /// All objects of a resource (in one namespace, or everywhere).
@@ -390,12 +401,13 @@ impl FakeApiServer {
             .is_ok()
     }
 
-    pub fn remove<K: kube::Resource<DynamicType = ()>>(
+    pub fn remove<K: kube::Resource<DynamicType: Default>>(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> bool {
-        self.remove_raw(&K::group(&()), &K::plural(&()), namespace, name)
+        let dt = K::DynamicType::default();
+        self.remove_raw(&K::group(&dt), &K::plural(&dt), namespace, name)
     }
 
     // ----- resourceVersions and history -----------------------------------

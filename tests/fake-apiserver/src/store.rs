@@ -205,6 +205,18 @@ impl Store {
         }
     }
 
+    /// Stops serving one version, keeping the objects even when no version is
+    /// left (like `served: false` on every version of a CRD: a 404 at each).
+    pub fn unserve(&mut self, group: &str, version: &str, plural: &str) {
+        if let Some(rt) = self
+            .resources
+            .iter_mut()
+            .find(|r| r.group == group && r.plural == plural)
+        {
+            rt.versions.retain(|v| v != version);
+        }
+    }
+
     pub fn resources(&self) -> &[ResourceType] {
         &self.resources
     }
@@ -1190,7 +1202,7 @@ fn set_types(rt: &ResourceType, obj: &mut Value) {
     let o = obj.as_object_mut().expect("object");
     o.insert(
         "apiVersion".into(),
-        Value::String(rt.api_version(&rt.versions[0])),
+        Value::String(rt.api_version(rt.versions.first().map_or("", String::as_str))),
     );
     o.insert("kind".into(), Value::String(rt.kind.clone()));
 }
