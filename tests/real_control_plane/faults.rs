@@ -1,8 +1,7 @@
 //! Faults on the real control plane: the broker namespace emptied, the
 //! broker's API server restarted while its etcd is compacted past every
 //! watch (so the watches come back to 410 Gone), the leader killed, a
-//! whole member killed (its heartbeat stops), and a member's ServiceExport
-//! CRD no longer serving the version clusterset-dns reads.
+//! whole member killed (its heartbeat stops).
 
 use anyhow::{Context, Result, ensure};
 use clusterset_dns::engine::vip::{VipAllocator, VipPools};
@@ -15,20 +14,16 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 
 use crate::check::{agreed_vip, answers, answers_everywhere, fqdn, ips};
-use crate::clusterset::{
-    BROKER_NAMESPACE, CONVERGE, Clusterset, DNS_NAMESPACE, eventually, kubectl,
-};
-use crate::workloads::{
-    export, exported_with_pod, imports, namespace, pod, service, set_ready, unexport,
-};
+use crate::clusterset::{BROKER_NAMESPACE, CONVERGE, Clusterset, DNS_NAMESPACE, eventually};
+use crate::workloads::{export, exported_with_pod, imports, namespace, pod, service, set_ready};
 
-const NS: &str = "faults";
+pub const NS: &str = "faults";
 
 /// A headless service `name` with a Pod in east (`10.1.<octet>.1`) and one
 /// in west (`10.2.<octet>.1`), exported by both and answered everywhere;
 /// each scenario has its own, so one that fails leaves the next alone.
 /// Returns the addresses and the name.
-async fn watched(set: &Clusterset, name: &str, octet: u8) -> Result<([String; 2], String)> {
+pub async fn watched(set: &Clusterset, name: &str, octet: u8) -> Result<([String; 2], String)> {
     let both = [format!("10.1.{octet}.1"), format!("10.2.{octet}.1")];
     for (id, ip) in [("east", &both[0]), ("west", &both[1])] {
         let admin = &set.member(id).admin;
@@ -230,69 +225,4 @@ pub async fn a_dead_member_leaves_the_answers(set: &mut Clusterset) -> Result<()
         &ips(&[both[0].as_str(), both[1].as_str()]),
     )
     .await
-}
-
-/// Sets `served` of `v1alpha1` (the first version of `clusterset-dns
-/// crds`) in west's ServiceExport CRD.
-fn west_serves_v1alpha1(set: &Clusterset, served: bool) -> Result<()> {
-    let patch =
-        format!(r#"[{{"op":"replace","path":"/spec/versions/0/served","value":{served}}}]"#);
-    let args = [
-        "patch",
-        "crd",
-        "serviceexports.multicluster.x-k8s.io",
-        "--type=json",
-        "-p",
-        &patch,
-    ];
-    kubectl(&set.member("west").plane, &args).map(drop)
-}
-
-/// Waits until west's replica has logged `line`.
-async fn west_logs(set: &Clusterset, line: &str) -> Result<()> {
-    let log = set.member("west").replicas[0].log.clone();
-    eventually(CONVERGE, &format!("west logs {line:?}"), async || {
-        let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
-        if text.contains(line) {
-            Ok(Some(()))
-        } else {
-            Err("not yet".to_owned())
-        }
-    })
-    .await
-    .map(drop)
-}
-
-/// West's ServiceExport CRD stops serving `v1alpha1` (`served: false`, as
-/// an upgrade to a v1beta1-only release would leave it): west says so,
-/// naming the CRD, and loses no export: a new Pod of its export still
-/// reaches every member. Served again, an unexport goes everywhere.
-pub async fn a_crd_not_serving_v1alpha1_loses_no_export(set: &mut Clusterset) -> Result<()> {
-    let (both, name) = watched(set, "skew", 7).await?;
-    west_serves_v1alpha1(set, false)?;
-    west_logs(
-        set,
-        "serviceexports.multicluster.x-k8s.io/v1alpha1 is not served by the local cluster (west)",
-    )
-    .await?;
-    pod(
-        &set.member("west").admin,
-        NS,
-        "skew",
-        "skew-2",
-        &["10.2.7.2"],
-        false,
-    )
-    .await?;
-    let three = ips(&[both[0].as_str(), both[1].as_str(), "10.2.7.2"]);
-    answers_everywhere(set, &name, RecordType::A, &three).await?;
-
-    west_serves_v1alpha1(set, true)?;
-    west_logs(
-        set,
-        "serviceexports.multicluster.x-k8s.io/v1alpha1 is served again",
-    )
-    .await?;
-    unexport(&set.member("west").admin, NS, "skew").await?;
-    answers_everywhere(set, &name, RecordType::A, &ips(&[both[0].as_str()])).await
 }

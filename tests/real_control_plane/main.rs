@@ -21,6 +21,7 @@ mod clusterset;
 mod conformance;
 mod control_plane;
 mod coredns_side;
+mod crd_versions;
 mod endpoints;
 mod exports;
 mod faults;
@@ -144,7 +145,8 @@ async fn run(filters: &[String]) -> ExitCode {
         faults::the_broker_restarted_past_compaction,
         faults::the_leader_killed_hands_over,
         faults::a_dead_member_leaves_the_answers,
-        faults::a_crd_not_serving_v1alpha1_loses_no_export,
+        crd_versions::every_crd_release_in_one_clusterset,
+        crd_versions::a_crd_serving_no_version_loses_no_export,
     ];
     let chosen: Vec<_> = all
         .into_iter()

@@ -16,24 +16,37 @@ use kube::api::{
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-/// The MCS group's version these tests use to read and write.
-const MCS_VERSION: &str = "v1alpha1";
+/// The MCS group's version these tests read and write at, served by every
+/// member's CRDs (scenarios that change that use the `_at` forms).
+pub const MCS_VERSION: &str = "v1beta1";
 
-fn mcs(kind: &str, plural: &str) -> ApiResource {
+fn mcs(kind: &str, plural: &str, version: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("multicluster.x-k8s.io", MCS_VERSION, kind),
+        &GroupVersionKind::gvk("multicluster.x-k8s.io", version, kind),
         plural,
     )
 }
 
 /// The ServiceExports of a namespace.
 pub fn exports(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &mcs("ServiceExport", "serviceexports"))
+    exports_at(client, ns, MCS_VERSION)
+}
+
+/// The ServiceExports of a namespace, at `version`.
+pub fn exports_at(client: &Client, ns: &str, version: &str) -> Api<DynamicObject> {
+    let resource = mcs("ServiceExport", "serviceexports", version);
+    Api::namespaced_with(client.clone(), ns, &resource)
 }
 
 /// The ServiceImports of a namespace.
 pub fn imports(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &mcs("ServiceImport", "serviceimports"))
+    imports_at(client, ns, MCS_VERSION)
+}
+
+/// The ServiceImports of a namespace, at `version`.
+pub fn imports_at(client: &Client, ns: &str, version: &str) -> Api<DynamicObject> {
+    let resource = mcs("ServiceImport", "serviceimports", version);
+    Api::namespaced_with(client.clone(), ns, &resource)
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
@@ -177,11 +190,16 @@ pub async fn set_ready(client: &Client, ns: &str, name: &str, ready: bool) -> Re
 
 /// A ServiceExport of `ns/name`.
 pub async fn export(client: &Client, ns: &str, name: &str) -> Result<()> {
-    exports(client, ns)
+    export_at(client, ns, name, MCS_VERSION).await
+}
+
+/// A ServiceExport of `ns/name`, written at `version`.
+pub async fn export_at(client: &Client, ns: &str, name: &str, version: &str) -> Result<()> {
+    exports_at(client, ns, version)
         .create(
             &PostParams::default(),
             &from_json(json!({
-                "apiVersion": format!("multicluster.x-k8s.io/{MCS_VERSION}"),
+                "apiVersion": format!("multicluster.x-k8s.io/{version}"),
                 "kind": "ServiceExport",
                 "metadata": {"name": name, "namespace": ns},
             })),
