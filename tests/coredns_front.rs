@@ -141,65 +141,30 @@ fn corefile(port: u16, resolv_conf: SocketAddr, zone_block: &str) -> String {
 struct CoreDns {
     /// Where it answers (UDP and TCP).
     addr: SocketAddr,
-    daemon: Daemon,
+    _daemon: Daemon,
     _dir: TempDir,
 }
 
 impl CoreDns {
     /// Starts CoreDNS with `directives` in place of the stanza's `forward`
     /// line, and waits until it answers anything (clusterset-dns need not be
-    /// up). Retries on another port when the chosen one was taken in between.
+    /// up).
     async fn start(binary: &Path, directives: &str) -> Self {
-        for _ in 0..5 {
-            let dir = TempDir::new().expect("a temporary directory");
-            let (addr, nobody) = (free_port(), free_port());
-            let zone = stanza(addr.port(), directives);
-            let conf = dir.path().join("Corefile");
-            fs::write(&conf, corefile(addr.port(), nobody, &zone)).expect("Corefile written");
-            let daemon = Daemon::spawn(
-                "coredns",
-                Command::new(binary).arg("-conf").arg(&conf),
-                dir.path(),
-            );
-            let mut coredns = Self {
-                addr,
-                daemon,
-                _dir: dir,
-            };
-            if coredns.answering().await {
-                return coredns;
-            }
-            let log = coredns.daemon.log();
-            assert!(
-                log.contains("address already in use"),
-                "CoreDNS exited: {log}"
-            );
-        }
-        panic!("CoreDNS did not start on any of 5 ports");
-    }
-
-    /// Polls until CoreDNS answers a query; false when it exited instead.
-    async fn answering(&mut self) -> bool {
-        let probe = question("clusterset.local.", SOA)
-            .to_vec()
-            .expect("probe encodes");
-        let deadline = Instant::now() + START;
-        loop {
-            if self.daemon.exited() {
-                return false;
-            }
-            if udp_raw(self.addr, &probe, Duration::from_millis(200))
-                .await
-                .is_some()
-            {
-                return true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "CoreDNS not answering within {START:?}: {}",
-                self.daemon.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let dir = TempDir::new().expect("a temporary directory");
+        let (addr, nobody) = (free_port(), free_port());
+        let zone = stanza(addr.port(), directives);
+        let conf = dir.path().join("Corefile");
+        fs::write(&conf, corefile(addr.port(), nobody, &zone)).expect("Corefile written");
+        let mut daemon = Daemon::spawn(
+            "coredns",
+            Command::new(binary).arg("-conf").arg(&conf),
+            dir.path(),
+        );
+        daemon.wait_answering(addr, START).await;
+        Self {
+            addr,
+            _daemon: daemon,
+            _dir: dir,
         }
     }
 }

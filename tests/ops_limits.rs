@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -63,15 +63,10 @@ impl Limited {
     }
 }
 
-fn free_tcp_port() -> SocketAddr {
-    let listener = StdListener::bind("127.0.0.1:0").expect("a TCP port");
-    listener.local_addr().expect("bound")
-}
-
 /// Starts `serve` on `dir` under an open-file limit of `nofile` and waits
 /// until it answers DNS.
 async fn spawn_limited(dir: &Path, nofile: u64, log_dir: &Path) -> Limited {
-    let (dns, ops) = (free_port(), free_tcp_port());
+    let (dns, ops) = (free_port(), free_port());
     let stderr = log_dir.join("stderr.log");
     let mut command = Command::new(BIN);
     command

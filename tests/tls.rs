@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -313,22 +313,21 @@ async fn a_rotated_certificate_is_served_without_restart() {
     );
 }
 
-/// unbound running as it would be run, on a free port, killed on drop.
+/// unbound running as it would be run, on a free port, killed on drop
+/// (its log shown when the test fails).
 struct Unbound {
-    child: tokio::process::Child,
+    _daemon: Daemon,
     addr: SocketAddr,
     _dir: TempDir,
 }
 
 impl Unbound {
     /// unbound forwarding `clusterset.local` over TLS (`forward-tls-upstream`)
-    /// to `upstream`, verifying its certificate for [`SERVER_NAME`] against `ca`.
-    fn forward_tls(upstream: SocketAddr, ca: &Path) -> Self {
+    /// to `upstream`, verifying its certificate for [`SERVER_NAME`] against
+    /// `ca`, once it answers.
+    async fn forward_tls(upstream: SocketAddr, ca: &Path) -> Self {
         let dir = TempDir::new().expect("temp dir");
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .expect("a free port")
-            .port();
+        let addr = free_port();
         let config = format!(
             r#"server:
   interface: 127.0.0.1
@@ -337,6 +336,7 @@ impl Unbound {
   do-daemonize: no
   use-syslog: no
   logfile: ""
+  verbosity: 1
   chroot: ""
   username: ""
   directory: "{dir}"
@@ -350,6 +350,7 @@ forward-zone:
   forward-tls-upstream: yes
   forward-addr: {ip}@{tls_port}#{SERVER_NAME}
 "#,
+            port = addr.port(),
             dir = dir.path().display(),
             ca = ca.display(),
             ip = upstream.ip(),
@@ -357,26 +358,17 @@ forward-zone:
         );
         let file = dir.path().join("unbound.conf");
         std::fs::write(&file, config).expect("config written");
-        let child = Command::new("unbound")
-            .arg("-c")
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("unbound runs (Debian package unbound)");
+        let mut daemon = Daemon::spawn(
+            "unbound",
+            program("unbound").arg("-c").arg(&file),
+            dir.path(),
+        );
+        daemon.wait_answering(addr, TOOL_DEADLINE).await;
         Self {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _daemon: daemon,
+            addr,
             _dir: dir,
         }
-    }
-}
-
-impl Drop for Unbound {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
     }
 }
 
@@ -409,7 +401,7 @@ async fn unbound_forwards_over_tls() {
     let Outcome::Ips(direct) = resolve(server.addr, &svc("web.shop"), RecordType::A).await else {
         panic!("web.shop has an address");
     };
-    let unbound = Unbound::forward_tls(tls, &pki.ca());
+    let unbound = Unbound::forward_tls(tls, &pki.ca()).await;
     let through = ask_resolver(&unbound, &svc("web.shop")).await;
     assert_eq!(through.metadata.response_code, ResponseCode::NoError);
     let addresses: BTreeSet<IpAddr> = through

@@ -449,7 +449,8 @@ async fn knot_secondary_mirrors_the_zones_and_follows_notify() {
         knot_addr,
         server.addr,
         &[ZONE, V4_REVERSE, V6_REVERSE, ENDPOINT_REVERSE],
-    );
+    )
+    .await;
     let serial = serial_of(&query(server.addr, ZONE, SOA).await.answers[0]);
     for zone in [ZONE, V4_REVERSE, V6_REVERSE, ENDPOINT_REVERSE] {
         knot.wait_serial(zone, serial, Duration::from_secs(10))

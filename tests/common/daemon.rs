@@ -1,10 +1,18 @@
-//! Other DNS software run by the tests (resolvers, CoreDNS): where it is
-//! installed, a process that is killed with the test and shows its log
-//! when the test fails, and skipping when it is missing.
+//! Other DNS software run by the tests (resolvers, CoreDNS, Knot): where it
+//! is installed, a process that is killed with the test and shows its log
+//! when the test fails, waiting until it answers, and skipping when it is
+//! missing.
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hickory_proto::rr::RecordType;
+use tokio::net::TcpStream;
+
+use super::client::{question, udp_raw};
 
 /// A process killed (and reaped) when dropped; its output goes to a log
 /// file, shown when the test fails.
@@ -36,6 +44,37 @@ impl Daemon {
     /// What it has logged so far.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls until it answers a DNS query (any answer) over UDP at `addr`
+    /// and accepts TCP there, at most `limit`; panics (the log is shown as
+    /// it is dropped) when it exits first (a port it cannot bind, a
+    /// configuration it rejects) or does not answer in time.
+    pub async fn wait_answering(&mut self, addr: SocketAddr, limit: Duration) {
+        let probe = question("clusterset.local.", RecordType::SOA)
+            .to_vec()
+            .expect("probe encodes");
+        let deadline = Instant::now() + limit;
+        loop {
+            assert!(
+                !self.exited(),
+                "{} exited before answering on {addr} (its log follows)",
+                self.name
+            );
+            if udp_raw(addr, &probe, Duration::from_millis(200))
+                .await
+                .is_some()
+                && TcpStream::connect(addr).await.is_ok()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not answer on {addr} within {limit:?} (its log follows)",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 

@@ -3,21 +3,24 @@
 //! transferring zones from the server under test; killed when dropped.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hickory_proto::rr::{RData, RecordType};
 use tempfile::TempDir;
 
 use super::client::query;
-use super::server::free_port;
+use super::daemon::{Daemon, program};
+use super::ports::free_port;
+
+/// How long `knotd` may take to start answering.
+const START: Duration = Duration::from_secs(10);
 
 /// A running `knotd`, secondary of the zones it was started with.
 pub struct Knot {
     /// Where it answers DNS.
     pub addr: SocketAddr,
-    child: Child,
-    dir: TempDir,
+    daemon: Daemon,
+    _dir: TempDir,
 }
 
 impl Knot {
@@ -27,8 +30,8 @@ impl Knot {
     }
 
     /// Starts `knotd` on `addr` as secondary of `zones` from `primary`,
-    /// accepting NOTIFY from 127.0.0.1.
-    pub fn start(addr: SocketAddr, primary: SocketAddr, zones: &[&str]) -> Self {
+    /// accepting NOTIFY from 127.0.0.1, and waits until it answers.
+    pub async fn start(addr: SocketAddr, primary: SocketAddr, zones: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().display();
         let zones: String = zones.iter().map(|z| format!("  - domain: {z}\n")).collect();
@@ -47,21 +50,18 @@ impl Knot {
         );
         let file = dir.path().join("knot.conf");
         std::fs::write(&file, config).expect("knot.conf written");
-        let log = std::fs::File::create(dir.path().join("knotd.log")).expect("a log file");
-        let child = Command::new("knotd")
-            .arg("-c")
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("knotd runs (Debian package `knot`; .ci/run installs it)");
-        Self { addr, child, dir }
+        let mut daemon = Daemon::spawn("knotd", program("knotd").arg("-c").arg(&file), dir.path());
+        daemon.wait_answering(addr, START).await;
+        Self {
+            addr,
+            daemon,
+            _dir: dir,
+        }
     }
 
     /// Knot's log so far, for failure messages.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("knotd.log")).unwrap_or_default()
+        self.daemon.log()
     }
 
     /// Waits until Knot serves `zone` at `serial` (at most `limit`).
@@ -82,12 +82,5 @@ impl Knot {
             "Knot did not serve {zone} at serial {serial} within {limit:?}:\n{}",
             self.log()
         );
-    }
-}
-
-impl Drop for Knot {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -15,6 +15,7 @@ use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 
 use super::client::{question, udp_raw};
+use super::ports::free_port;
 
 /// How long a hot reload may take to show in DNS.
 pub const RELOAD_DEADLINE: Duration = Duration::from_secs(2);
@@ -159,30 +160,12 @@ impl Drop for Binary {
     }
 }
 
-/// A port free for both UDP and TCP on 127.0.0.1 right now.
-pub fn free_port() -> SocketAddr {
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
-        let addr = udp.local_addr().expect("bound");
-        if TcpListener::bind(addr).is_ok() {
-            return addr;
-        }
-    }
-}
-
 /// Runs `clusterset-dns serve --manifests dir --listen <free port> <extra>`
-/// and waits until it answers (anything but SERVFAIL). Retries on another
-/// port when the chosen one was taken in between.
+/// and waits until it answers (anything but SERVFAIL).
 pub async fn spawn_binary(dir: &Path, extra: &[&str]) -> Binary {
-    let mut failures = Vec::new();
-    for _ in 0..5 {
-        match spawn_binary_on(free_port(), dir, extra).await {
-            Ok(binary) => return binary,
-            Err(stderr) if stderr.contains("cannot listen") => failures.push(stderr),
-            Err(stderr) => panic!("the binary exited: {stderr}"),
-        }
-    }
-    panic!("the binary did not start on any of 5 ports: {failures:#?}");
+    spawn_binary_on(free_port(), dir, extra)
+        .await
+        .unwrap_or_else(|stderr| panic!("the binary exited: {stderr}"))
 }
 
 /// Runs `clusterset-dns serve --manifests dir --listen addr <extra>` and

@@ -12,7 +12,7 @@
 //! process (`PR_SET_PDEATHSIG`) if that is killed first.
 
 use std::fs;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use crate::common::free_port;
 use crate::pods::{PodNetwork, PodRunner};
 
 /// How long etcd or the API server may take to start on a busy 2-core machine.
@@ -152,14 +153,6 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A TCP port free on 127.0.0.1 right now.
-pub fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// Runs a command to completion: whether it succeeded, and its stdout
@@ -302,8 +295,8 @@ impl ControlPlane {
         fs::create_dir_all(&dir)?;
         let bins = bin_dir();
         let pki = Pki::create(&dir)?;
-        let etcd_port = free_tcp_port();
-        let peer_port = free_tcp_port();
+        let etcd_port = free_port().port();
+        let peer_port = free_port().port();
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let etcd = Process::spawn(
@@ -336,7 +329,7 @@ impl ControlPlane {
             dir.join("tokens.csv"),
             format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n"),
         )?;
-        let api_port = free_tcp_port();
+        let api_port = free_port().port();
         let apiserver_args = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".into(),
@@ -399,7 +392,7 @@ impl ControlPlane {
                 format!("--root-ca-file={}", pki.ca.display()),
                 "--leader-elect=false".into(),
                 "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_tcp_port()),
+                format!("--secure-port={}", free_port().port()),
                 format!("--cert-dir={}", dir.join("kcm-certs").display()),
                 "--v=1".into(),
             ],

@@ -19,7 +19,8 @@ use hickory_proto::rr::RecordType;
 
 use crate::check::{agreed_vip, answers_everywhere, fqdn, ips};
 use crate::clusterset::{CONVERGE, Clusterset, Member, eventually};
-use crate::control_plane::{ControlPlane, Process, bin_dir, free_tcp_port};
+use crate::common::free_port;
+use crate::control_plane::{ControlPlane, Process, bin_dir};
 use crate::workloads::{export, exported_with_pod, namespace, pod, service};
 
 const NS: &str = "side";
@@ -50,7 +51,7 @@ pub async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
 /// west's first clusterset-dns replica.
 pub fn coredns(set: &Clusterset, multicluster: bool) -> Result<(Process, SocketAddr)> {
     let west = set.member("west");
-    let at = SocketAddr::from(([127, 0, 0, 1], free_tcp_port()));
+    let at = free_port();
     if !multicluster {
         let process = cluster_coredns(west, at, &[west.dns()])?;
         return Ok((process, at));
@@ -74,7 +75,7 @@ pub fn cluster_coredns(
     upstreams: &[SocketAddr],
 ) -> Result<Process> {
     let kubeconfig = member.plane.admin_kubeconfig().display().to_string();
-    let nobody = free_tcp_port();
+    let nobody = free_port().port();
     let upstreams: Vec<String> = upstreams.iter().map(SocketAddr::to_string).collect();
     let text = format!(
         ".:{port} {{\n    bind {ip}\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n        kubeconfig {kubeconfig}\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n    forward . 127.0.0.1:{nobody}\n    cache 30\n    loadbalance\n}}\n{}",

@@ -26,7 +26,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::control_plane::{Process, bin_dir, free_tcp_port, run};
+use crate::common::free_port;
+use crate::control_plane::{Process, bin_dir, run};
 
 /// The one Node kwok runs Pods on.
 pub const KWOK_NODE: &str = "kwok-node";
@@ -75,7 +76,7 @@ impl PodRunner {
                 kubeconfig.clone(),
                 "--leader-elect=false".into(),
                 "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_tcp_port()),
+                format!("--secure-port={}", free_port().port()),
                 "--v=1".into(),
             ],
             &dir.join("kube-scheduler.log"),
@@ -97,7 +98,7 @@ impl PodRunner {
                 network.dns
             ),
         )?;
-        let port = free_tcp_port();
+        let port = free_port().port();
         let mut command = Command::new(bins.join("kwok"));
         command.args([
             kubeconfig,
