@@ -1,7 +1,7 @@
 //! CoreDNS in front (issue 19): pods ask the cluster's CoreDNS, which
 //! forwards `clusterset.local` to clusterset-dns with the block of
-//! `config/kubernetes/coredns-stanza.txt` (README, "clusterset-dns and
-//! CoreDNS").
+//! `config/kubernetes/coredns-stanza.txt` (docs/coredns.md, "Forwarding
+//! over UDP, TCP or TLS").
 //!
 //! A real CoreDNS (v1.14.7, built from its Go module by `bash
 //! tests/control-plane/build.sh` into `target/control-plane/`, or the folder
@@ -104,7 +104,7 @@ impl Transport {
 
     /// The `forward` directive of the zone's block, sending to `server`
     /// (clusterset-dns's TLS address for [`Transport::Tls`], whose
-    /// certificate `pki`'s CA signs): the lines of the README's snippets.
+    /// certificate `pki`'s CA signs): the lines of docs/coredns.md's snippets.
     fn forward(self, server: SocketAddr, pki: &Pki) -> String {
         match self {
             Self::Udp => format!("    forward . {server}\n"),

@@ -1,4 +1,4 @@
-//! README.md "What it answers": the records, response codes and transport
+//! docs/dns.md: the records, response codes and transport
 //! rules, asked over real UDP and TCP of an in-process server.
 
 mod common;

@@ -235,7 +235,7 @@ fn addr(text: &str) -> SocketAddr {
 }
 
 /// Every kind of name, asked through the resolver, answers as the server
-/// does directly (and as the README says); then a change to the
+/// does directly (and as docs/dns.md says); then a change to the
 /// manifests shows through the resolver once the TTL has passed.
 async fn every_kind_of_name(resolver: SocketAddr, cs: &Clusterset) {
     let server = addr(SERVER);

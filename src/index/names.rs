@@ -1,4 +1,4 @@
-//! Which name of the zone a query name is (README, "What it answers"): the
+//! Which name of the zone a query name is (docs/dns.md, "The names"): the
 //! apex, a fixed name, an empty non-terminal, the NS target, or a name under
 //! one service.
 

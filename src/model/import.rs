@@ -94,7 +94,7 @@ pub struct Import {
     /// With `trafficDistribution: PreferClose`, the local cluster's place in
     /// `clusters` while it has ready endpoints in the served families: a
     /// headless service name then answers with its endpoints only (set by
-    /// the engine; see `README.md`, "Locality").
+    /// the engine; see `docs/dns.md`, "Locality").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub close: Option<usize>,
     /// The import's `Ready` condition (shared while it is the usual `True`).

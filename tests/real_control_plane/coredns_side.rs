@@ -6,8 +6,8 @@
 //! { multicluster clusterset.local }` reads the ServiceImports and MCS
 //! EndpointSlices clusterset-dns wrote into west, and both are asked the same
 //! questions. Where KEP-1645 leaves no choice the answers must agree; every
-//! other difference is printed (and explained in the README, "clusterset-dns
-//! and CoreDNS").
+//! other difference is printed (and explained in docs/coredns.md, "Beside
+//! CoreDNS's own multicluster answers").
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -190,8 +190,8 @@ pub async fn coredns_multicluster_answers_side_by_side(set: &mut Clusterset) -> 
         a.code == ResponseCode::NXDomain && b.code == ResponseCode::NXDomain,
         "{solo}: NXDOMAIN from both where the namespace is missing: ours {a:?}, CoreDNS {b:?}"
     );
-    // The zone's own names: printed, not required (README, "clusterset-dns
-    // and CoreDNS", says which each answers and why).
+    // The zone's own names: printed, not required (docs/coredns.md, "Beside
+    // CoreDNS's own multicluster answers", says which each answers and why).
     let zone_names = [
         ("clusterset.local.", RecordType::SOA),
         ("clusterset.local.", RecordType::NS),

@@ -1,4 +1,4 @@
-//! What to answer to one question (README.md, "What it answers").
+//! What to answer to one question (docs/dns.md, "The names").
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::rdata::HINFO;
