@@ -28,12 +28,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// - `purge_delay` 1 ms, not 10: the first load of a big clusterset frees
 ///   nearly as much as it keeps, and with the default delay much of it stays
-///   resident (bench/scale.sh, 110k services: 406-472 MiB against 390-394;
-///   0 ms costs more CPU for no less memory).
+///   resident; 0 ms costs more CPU for no less memory (bench/README.md,
+///   "scale.sh", measured there).
 /// - `arena_eager_commit` off (on by default where Linux overcommits): what
-///   the first load frees in an arena committed up front stays resident
-///   (bench/scale.sh, 110k services: 410-414 MiB against 380-384, at the
-///   same time to serve).
+///   the first load frees in an arena committed up front stays resident, at
+///   the same time to serve (bench/README.md, "scale.sh").
 #[cfg(not(feature = "system-allocator"))]
 const MI_OPTIONS: [(libmimalloc_sys::mi_option_t, &str, std::ffi::c_long); 2] = [
     (

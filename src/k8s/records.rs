@@ -22,7 +22,7 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::{
     Endpoint as K8sEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use crate::model::import::Import;
@@ -402,13 +402,6 @@ pub fn read_slice(
     };
     let info = crate::k8s::convert::slice_endpoints(slice, &format!("EndpointSlice {name}"))?;
     Ok((key, cluster, Arc::new(info)))
-}
-
-/// When an object was created, in seconds since the epoch.
-pub fn created_seconds(meta: &ObjectMeta) -> Option<i64> {
-    meta.creation_timestamp
-        .as_ref()
-        .map(|Time(t)| t.as_second())
 }
 
 /// The cluster an MCS EndpointSlice's endpoints come from (its `source-cluster` label).

@@ -2,7 +2,7 @@
 //! rate-limited work queue computes it (its per-item exponential failure
 //! rate limiter): the wait after the `n`th failure in a row is the first
 //! wait doubled `n - 1` times, never more than the longest wait. The
-//! writers' queue (`writeback/queue.rs`) and NOTIFY's retries (`dns/notify.rs`,
+//! writers' queue (`writeback/queue.rs`) and NOTIFY's retries (`dns/transfer/notify.rs`,
 //! RFC 1996 §3.6) both use it (ARCHITECTURE.md, "Folders and what each may
 //! use": `model/` is the layer both may use).
 

@@ -98,8 +98,7 @@ impl Default for Recent {
 impl Recent {
     /// The key of a `question` section asked with this limit and EDNS; None
     /// if it is longer than a question can be. Inlined into the fast path:
-    /// a build that left it out of line spent 2% more instructions a query
-    /// (`bench/instructions.sh`).
+    /// out of line it costs instructions per query (`bench/instructions.sh`).
     #[inline]
     pub fn key(&self, question: &[u8], limit: u16, edns: Option<bool>) -> Option<Key> {
         let mut lower = [0u8; MAX_QUESTION];

@@ -81,8 +81,9 @@ fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &At
     let mut tx = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let mut recent = Recent::default();
     // Nothing is allocated per batch: at a low rate a batch is one query,
-    // and allocating its bookkeeping cost about 370 instructions a query
-    // (bench/instructions.sh). The slices borrow the buffers for one call.
+    // and allocating its bookkeeping per batch was a measurable share of the
+    // instructions per query (bench/README.md, "CPU per query"). The slices
+    // borrow the buffers for one call.
     while !stop.load(Ordering::Relaxed) {
         let mut batch = 0;
         {
