@@ -11,6 +11,7 @@ mod common;
 #[path = "common/kube_clusterset.rs"]
 mod kube_clusterset;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clusterset_dns::ops::metrics::Metrics;
@@ -145,12 +146,10 @@ async fn a_lease_renewed_in_the_past_is_not_taken_while_renewed() {
 }
 
 /// The API server stops answering (requests hang) or fails every Lease
-/// request: the leader stops leading (at the renew deadline, two thirds of
-/// the duration, so before the Lease could expire for anyone else; the time
-/// is printed, not asserted: a busy machine delays it), and leads again
-/// once it can renew.
+/// request: the leader stops leading, and leads again once it can renew.
+/// When it stops is asserted exactly under a paused clock below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_cannot_renew_stops_within_the_renew_deadline() {
+async fn a_leader_that_cannot_renew_stops_leading_and_leads_again() {
     let api = api().await;
     let mut leader = Campaign::start(&api, "east-0");
     leader.until(true).await;
@@ -167,6 +166,150 @@ async fn a_leader_that_cannot_renew_stops_within_the_renew_deadline() {
     println!("Lease requests failing: the leader stopped leading after {took:.1?}");
     api.clear_failures();
     leader.until(true).await;
+}
+
+/// client-go's leaderelection guarantee, exactly: a leader that cannot renew
+/// (its requests hang, or fail) stops leading at its last renewal plus the
+/// renew deadline (two thirds of the duration), not a moment earlier or
+/// later, so before any other replica may take the Lease over (a full
+/// duration after it last changed). The clock is paused and the Lease is
+/// served from memory, so only the candidate's own timers move time.
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_cannot_renew_stops_at_the_renew_deadline() {
+    for outage in [Outage::Hang, Outage::Fail] {
+        let api = MemoryLease::default();
+        let candidate = Candidate::new(api.client(), NAMESPACE, "east-0".into(), DURATION);
+        let deadline = candidate.renew_deadline();
+        assert!(deadline < DURATION, "before anyone may take over");
+        let (tx, mut leading) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let campaign = tokio::spawn(async move { candidate.run(tx, token, &Metrics::new()).await });
+        leading.wait_for(|l| *l).await.unwrap();
+        // Off the renewals' beat, so no round is under way at the outage.
+        tokio::time::sleep(DURATION + Duration::from_millis(100)).await;
+
+        api.set_outage(Some(outage));
+        let renewed = api.last_renewal().expect("renewed while leading");
+        tokio::time::sleep_until(renewed + deadline - Duration::from_millis(1)).await;
+        assert!(*leading.borrow(), "{outage:?}: stopped before the deadline");
+        leading.wait_for(|l| !*l).await.unwrap();
+        assert_eq!(
+            tokio::time::Instant::now() - renewed,
+            deadline,
+            "{outage:?}: stopped leading at the last renewal plus the renew deadline"
+        );
+        stop.cancel();
+        api.set_outage(None);
+        campaign.await.unwrap();
+    }
+}
+
+/// How the in-memory Lease server fails.
+#[derive(Clone, Copy, Debug)]
+enum Outage {
+    /// Requests are never answered.
+    Hang,
+    /// Requests are answered 500.
+    Fail,
+}
+
+/// One Lease served from memory to the real kube client (a `tower` service
+/// in place of the HTTP connection), with `resourceVersion` checks as the
+/// API server makes them. No socket: under a paused clock, time moves only
+/// when every task waits on a timer.
+#[derive(Clone, Default)]
+struct MemoryLease(Arc<Mutex<LeaseState>>);
+
+#[derive(Default)]
+struct LeaseState {
+    lease: Option<Lease>,
+    version: u64,
+    outage: Option<Outage>,
+    /// When the Lease was last written by its holder.
+    renewed: Option<tokio::time::Instant>,
+}
+
+impl MemoryLease {
+    fn client(&self) -> kube::Client {
+        let server = self.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let server = server.clone();
+            async move { server.answer(request).await }
+        });
+        kube::Client::new(service, NAMESPACE)
+    }
+
+    fn set_outage(&self, outage: Option<Outage>) {
+        self.0.lock().unwrap().outage = outage;
+    }
+
+    fn last_renewal(&self) -> Option<tokio::time::Instant> {
+        self.0.lock().unwrap().renewed
+    }
+
+    async fn answer(
+        &self,
+        request: http::Request<kube::client::Body>,
+    ) -> Result<http::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible> {
+        let outage = self.0.lock().unwrap().outage;
+        match outage {
+            Some(Outage::Hang) => std::future::pending::<()>().await,
+            Some(Outage::Fail) => return Ok(status(500, "InternalError")),
+            None => {}
+        }
+        let (parts, body) = request.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut state = self.0.lock().unwrap();
+        let stored_version = state.version.to_string();
+        let answer = match parts.method {
+            http::Method::GET => match &state.lease {
+                Some(lease) => ok(200, lease),
+                None => status(404, "NotFound"),
+            },
+            http::Method::POST | http::Method::PUT => {
+                let mut lease: Lease = serde_json::from_slice(&body).expect("a Lease");
+                let create = parts.method == http::Method::POST;
+                let current = lease.metadata.resource_version.as_deref();
+                if create == state.lease.is_some()
+                    || (!create && current != Some(stored_version.as_str()))
+                {
+                    return Ok(status(409, "Conflict"));
+                }
+                state.version += 1;
+                lease.metadata.resource_version = Some(state.version.to_string());
+                state.lease = Some(lease.clone());
+                state.renewed = Some(tokio::time::Instant::now());
+                ok(if create { 201 } else { 200 }, &lease)
+            }
+            _ => status(405, "MethodNotAllowed"),
+        };
+        Ok(answer)
+    }
+}
+
+fn ok(code: u16, lease: &Lease) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    respond(code, serde_json::to_vec(lease).unwrap())
+}
+
+/// A `Status` object, as the API server answers a failed request.
+fn status(code: u16, reason: &str) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": reason, "reason": reason, "code": code,
+    });
+    respond(code, serde_json::to_vec(&status).unwrap())
+}
+
+fn respond(code: u16, body: Vec<u8>) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap()
 }
 
 /// Two replicas in one cluster: one holds the Lease and writes, both answer;

@@ -8,12 +8,17 @@
 //! other clusters wait for go first. A key whose write failed comes back
 //! after a backoff that grows with its failures in a row, as in client-go's
 //! rate-limited work queue (`add_rate_limited`, `forget`, `add_after`).
+//! A key waiting out a delay is kept in the queue with its deadline, which
+//! the waiting workers sleep towards: no task is spawned per retry, so
+//! nothing outlives the runtime's task set at shutdown (ARCHITECTURE.md,
+//! "Choices that need a reason").
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::model::backoff::Backoff;
 use crate::model::{Hasher, ServiceKey};
@@ -42,9 +47,43 @@ struct State {
     again: HashMap<ServiceKey, Lane, Hasher>,
     /// Failed writes in a row, per key, for the backoff.
     failures: HashMap<ServiceKey, u32, Hasher>,
+    /// Keys waiting out a delay, earliest deadline first, and each key's one
+    /// deadline.
+    delayed: BTreeSet<(Instant, ServiceKey)>,
+    deadlines: HashMap<ServiceKey, Instant, Hasher>,
 }
 
 impl State {
+    /// Queues `key` in `lane` (see [`WorkQueue::add_in`]); true if a worker
+    /// may now have something to take.
+    fn enqueue(&mut self, key: ServiceKey, lane: Lane) -> bool {
+        if self.running.contains(&key) {
+            let again = self.again.entry(key).or_insert(lane);
+            *again = (*again).min(lane);
+            false
+        } else if self.queued.get(&key).is_none_or(|queued| lane < *queued) {
+            self.queued.insert(key.clone(), lane);
+            self.lanes[lane as usize].push_back(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Moves the keys whose delay is over into the `Changed` lane; returns
+    /// the next deadline still ahead.
+    fn due(&mut self, now: Instant) -> Option<Instant> {
+        while let Some((at, _)) = self.delayed.first() {
+            if *at > now {
+                return Some(*at);
+            }
+            let (_, key) = self.delayed.pop_first()?;
+            self.deadlines.remove(&key);
+            self.enqueue(key, Lane::Changed);
+        }
+        None
+    }
+
     /// The next key and its lane, most urgent lane first; entries a key left
     /// behind when it moved ahead or was taken are skipped.
     fn pop(&mut self) -> Option<(ServiceKey, Lane)> {
@@ -90,25 +129,20 @@ impl WorkQueue {
     /// Queues `key` in `lane`, unless it waits in a lane as urgent already
     /// (a key waiting in a later lane moves ahead).
     pub fn add_in(&self, key: ServiceKey, lane: Lane) {
-        let mut state = self.lock();
-        if state.running.contains(&key) {
-            let again = state.again.entry(key).or_insert(lane);
-            *again = (*again).min(lane);
-        } else if state.queued.get(&key).is_none_or(|queued| lane < *queued) {
-            state.queued.insert(key.clone(), lane);
-            state.lanes[lane as usize].push_back(key);
-            drop(state);
+        if self.lock().enqueue(key, lane) {
             self.ready.notify_one();
         }
     }
 
     /// Waits for a key no other worker holds, with the lane it waited in;
-    /// hand it back with [`Self::done`].
+    /// hand it back with [`Self::done`]. Keys whose delay ends meanwhile
+    /// count as changed.
     pub async fn next(&self) -> (ServiceKey, Lane) {
         loop {
             let notified = self.ready.notified();
-            {
+            let wake = {
                 let mut state = self.lock();
+                let wake = state.due(Instant::now());
                 if let Some((key, lane)) = state.pop() {
                     state.running.insert(key.clone());
                     if !state.queued.is_empty() {
@@ -116,8 +150,17 @@ impl WorkQueue {
                     }
                     return (key, lane);
                 }
+                wake
+            };
+            match wake {
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
             }
-            notified.await;
         }
     }
 
@@ -131,18 +174,27 @@ impl WorkQueue {
         }
     }
 
-    /// Queues `key` again after `delay`.
-    pub fn add_after(self: &Arc<Self>, key: ServiceKey, delay: Duration) {
-        let queue = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.add(key);
-        });
+    /// Queues `key` again after `delay`; a key already waiting keeps the
+    /// earlier of its two deadlines, as client-go's `AddAfter` does.
+    pub fn add_after(&self, key: ServiceKey, delay: Duration) {
+        let at = Instant::now() + delay;
+        let mut state = self.lock();
+        if let Some(&kept) = state.deadlines.get(&key) {
+            if kept <= at {
+                return;
+            }
+            state.delayed.remove(&(kept, key.clone()));
+        }
+        state.deadlines.insert(key.clone(), at);
+        state.delayed.insert((at, key));
+        drop(state);
+        // A waiting worker sleeps towards the earliest deadline it saw.
+        self.ready.notify_one();
     }
 
     /// Counts one more failure in a row for `key` and queues it again after
     /// the backoff for that many; returns the wait.
-    pub fn add_rate_limited(self: &Arc<Self>, key: ServiceKey) -> Duration {
+    pub fn add_rate_limited(&self, key: ServiceKey) -> Duration {
         let failed = {
             let mut state = self.lock();
             let n = state.failures.entry(key.clone()).or_default();
@@ -237,10 +289,12 @@ mod tests {
         assert!(queue.is_empty());
     }
 
-    #[tokio::test]
+    /// client-go's per-item exponential backoff, and the key comes back at
+    /// its deadline, not before (a paused clock makes the time exact).
+    #[tokio::test(start_paused = true)]
     async fn failed_keys_come_back_after_a_growing_backoff() {
         let backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(4));
-        let queue = Arc::new(WorkQueue::new(backoff));
+        let queue = WorkQueue::new(backoff);
         let key = ServiceKey::new("ns", "a");
         let waits: Vec<Duration> = (0..4)
             .map(|_| queue.add_rate_limited(key.clone()))
@@ -248,13 +302,49 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(waits, [ms(1), ms(2), ms(4), ms(4)]);
         queue.forget(&key);
+        let started = Instant::now();
         assert_eq!(queue.add_rate_limited(key.clone()), ms(1), "forgotten");
-        let back = tokio::time::timeout(Duration::from_secs(30), queue.next()).await;
-        assert_eq!(
-            back.ok(),
-            Some((key, Lane::Changed)),
-            "queued again after the wait"
-        );
+        assert_eq!(queue.next().await, (key, Lane::Changed), "queued again");
+        assert_eq!(started.elapsed(), ms(1), "after the earliest wait asked");
         assert!(queue.is_empty());
+    }
+
+    /// A delayed key is queued once, at the earlier of its deadlines, and a
+    /// key queued meanwhile is not held up by it.
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_comes_back_once_at_its_earliest_deadline() {
+        let queue = WorkQueue::new(Backoff::new(Duration::ZERO, Duration::ZERO));
+        let key = |n: &str| ServiceKey::new("ns", n);
+        let started = Instant::now();
+        queue.add_after(key("a"), Duration::from_secs(5));
+        queue.add_after(key("a"), Duration::from_secs(2));
+        queue.add_after(key("a"), Duration::from_secs(9));
+        queue.add_after(key("b"), Duration::from_secs(3));
+        queue.add(key("c"));
+        assert_eq!(queue.next().await, (key("c"), Lane::Changed));
+        assert_eq!(started.elapsed(), Duration::ZERO, "not held up");
+        assert_eq!(queue.next().await.0, key("a"));
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        assert_eq!(queue.next().await.0, key("b"));
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        let again = tokio::time::timeout(Duration::from_secs(60), queue.next()).await;
+        assert!(again.is_err(), "`a` came back twice: {again:?}");
+    }
+
+    /// Waiting out a delay spawns nothing: a queue dropped with keys still
+    /// delayed leaves no task behind for shutdown to miss.
+    #[tokio::test(start_paused = true)]
+    async fn delays_leave_no_task_behind() {
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        let queue = WorkQueue::new(Backoff::new(Duration::from_secs(1), Duration::from_secs(8)));
+        for n in 0..10 {
+            queue.add_rate_limited(ServiceKey::new("ns", &format!("s{n}")));
+        }
+        assert_eq!(tasks(), before, "a task per delayed key");
     }
 }
