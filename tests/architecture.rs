@@ -555,6 +555,72 @@ fn modules_use_only_the_layers_below_them() {
     );
 }
 
+/// ARCHITECTURE.md's "Kubernetes-free layers" line: its folders and crates.
+fn kubernetes_free(text: &str) -> (Vec<String>, Vec<String>) {
+    let at = text
+        .find("Kubernetes-free layers:")
+        .expect("ARCHITECTURE.md names the Kubernetes-free layers");
+    // The names stand before the first parenthesis; what follows explains.
+    let line = text[at..].split(" (").next().unwrap_or_default();
+    let (folders, crates): (Vec<&str>, Vec<&str>) =
+        backticked(line).partition(|n| n.ends_with('/'));
+    let folders = folders
+        .iter()
+        .map(|f| f.trim_end_matches('/').to_owned())
+        .collect();
+    let crates = crates.iter().map(|c| (*c).to_owned()).collect();
+    (folders, crates)
+}
+
+/// Where `code` names one of `crates` as a path (`kube::Api`, `use schemars;`).
+fn crate_uses<'a>(code: &str, crates: &'a [String]) -> Vec<&'a str> {
+    crates
+        .iter()
+        .filter(|name| {
+            code.match_indices(name.as_str()).any(|(at, _)| {
+                let before = code[..at].chars().next_back();
+                let after = &code[at + name.len()..];
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+                    && (after.starts_with("::") || after.trim_start().starts_with(';'))
+            })
+        })
+        .map(String::as_str)
+        .collect()
+}
+
+/// `model/` says it is Kubernetes-independent: the crates `use crate::`
+/// cannot show are checked too (outside test modules).
+#[test]
+fn kubernetes_free_layers_use_no_kubernetes_crate() {
+    let (folders, crates) = kubernetes_free(&architecture());
+    assert!(folders.contains(&"model".to_owned()), "{folders:?}");
+    assert!(crates.contains(&"k8s_openapi".to_owned()), "{crates:?}");
+    let wrong: Vec<String> = src_files()
+        .iter()
+        .filter(|(path, _)| {
+            let top = path.components().next().unwrap().as_os_str();
+            folders.iter().any(|f| top == f.as_str())
+        })
+        .flat_map(|(path, text)| {
+            let used = crate_uses(&code(text).0, &crates);
+            used.into_iter()
+                .map(move |c| format!("{} uses {c}", path.display()))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn crate_paths_are_found_only_as_paths() {
+    let crates = ["kube".to_owned(), "schemars".to_owned()];
+    assert_eq!(crate_uses("use kube::Api;", &crates), ["kube"]);
+    assert_eq!(
+        crate_uses("let a = schemars :: x; use schemars;", &crates),
+        ["schemars"]
+    );
+    assert!(crate_uses("crate::kube::x; let kubelet = 1; my_kube::y", &crates).is_empty());
+}
+
 #[test]
 fn the_layer_table_has_no_cycle() {
     let table = layer_table(&architecture());

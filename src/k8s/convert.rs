@@ -6,15 +6,16 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, SessionAffinityConfig};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use smallvec::SmallVec;
 
 use crate::k8s::crd::{self, LABEL_MCS_SERVICE_NAME, LABEL_SERVICE_NAME};
 use crate::model::{
-    Endpoint, ExportAge, ExportInfo, Exported, IpFamily, Object, SESSION_AFFINITIES, ServiceInfo,
-    ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, is_dns_label, setting,
+    self, Endpoint, ExportAge, ExportInfo, Exported, IpFamily, Object, SESSION_AFFINITIES,
+    ServiceInfo, ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, is_dns_label,
+    setting,
 };
 
 /// What a namespace must be (RFC 1123 §2.1, as Kubernetes spells it).
@@ -138,6 +139,15 @@ fn identity<'a>(
     }
 }
 
+/// A Service's `sessionAffinityConfig` as the model keeps it.
+fn affinity_config(config: &SessionAffinityConfig) -> model::SessionAffinityConfig {
+    model::SessionAffinityConfig {
+        client_ip: config.client_ip.as_ref().map(|c| model::ClientIpConfig {
+            timeout_seconds: c.timeout_seconds,
+        }),
+    }
+}
+
 fn non_empty(s: &Option<String>) -> Option<&str> {
     s.as_deref().filter(|s| !s.is_empty())
 }
@@ -234,7 +244,7 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
             non_empty(&spec.session_affinity).unwrap_or("None"),
             &SESSION_AFFINITIES,
         ),
-        session_affinity_config: spec.session_affinity_config.clone(),
+        session_affinity_config: spec.session_affinity_config.as_ref().map(affinity_config),
         internal_traffic_policy: setting(
             non_empty(&spec.internal_traffic_policy).unwrap_or("Cluster"),
             &TRAFFIC_POLICIES,

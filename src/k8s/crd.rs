@@ -9,7 +9,6 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion,
 };
@@ -19,8 +18,32 @@ use kube::{CustomResource, CustomResourceExt, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::model::SessionAffinityConfig;
 pub use crate::model::port::ServicePort;
 pub use crate::model::{ANNOTATION_CLUSTERSET_IP, ANNOTATION_POD_IPS};
+
+// The CRD schema of `model::port::ServicePort`, which is what is read and
+// written: the schema is Kubernetes's business and is written here, so that
+// `model/` needs no schema crate (ARCHITECTURE.md, "Folders and what each
+// may use"). Fields, names and docs as that type's (the doc is the schema's
+// description; tests/crds.rs compares the result with crds.yaml).
+/// A port of a ServiceImport (`ServicePort` without target/node ports).
+#[derive(JsonSchema)]
+#[schemars(rename = "ServicePort")]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePortSchema {
+    /// Port name; must be unique within the import when there are several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `TCP`, `UDP` or `SCTP`; defaults to `TCP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Application protocol hint, as on a Service port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    /// The port number.
+    pub port: i32,
+}
 
 /// API group of ServiceExport and ServiceImport.
 pub const GROUP: &str = "multicluster.x-k8s.io";
@@ -265,6 +288,7 @@ impl<'de> Deserialize<'de> for ServiceExportSpec {
 pub struct ServiceImportSpec {
     /// Union of the exported ports.
     #[serde(default)]
+    #[schemars(with = "Vec<ServicePortSchema>")]
     pub ports: Vec<ServicePort>,
     /// Clusterset VIPs, one per family, ordered like `ip_families`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -278,6 +302,7 @@ pub struct ServiceImportSpec {
     pub session_affinity: Option<String>,
     /// Session affinity settings of the oldest export.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<k8s_openapi::api::core::v1::SessionAffinityConfig>")]
     pub session_affinity_config: Option<SessionAffinityConfig>,
     /// Intersected IP families (`IPv4`, `IPv6`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -15,7 +15,6 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use k8s_openapi::api::core::v1::SessionAffinityConfig;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
@@ -313,7 +312,7 @@ impl std::ops::Deref for ServiceInfo {
 
 /// The part of a Service most Services share: kind, ports, families, settings.
 /// (Serialized: the settings an import takes from its oldest export.)
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// ClusterIP-like, headless or ExternalName.
@@ -335,20 +334,24 @@ pub struct ServiceSpec {
     pub traffic_distribution: Option<String>,
 }
 
-// `SessionAffinityConfig` is only `PartialEq`, but its one field is an
-// `Option<i32>`: equality is total, and hashing that field agrees with it.
-impl Eq for ServiceSpec {}
+/// A Service's `spec.sessionAffinityConfig`, in the same JSON shape: its
+/// one setting, the `ClientIP` affinity's timeout. The model's own type, so
+/// that `model/` needs no Kubernetes crate (ARCHITECTURE.md, "Folders and
+/// what each may use"); `k8s/convert.rs` converts the API's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionAffinityConfig {
+    /// `clientIP`: settings of `ClientIP` affinity.
+    #[serde(rename = "clientIP", default, skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<ClientIpConfig>,
+}
 
-impl std::hash::Hash for ServiceSpec {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let timeout = self
-            .session_affinity_config
-            .as_ref()
-            .map(|c| c.client_ip.as_ref().map(|ip| ip.timeout_seconds));
-        (self.kind, &self.ports, &self.ip_families).hash(state);
-        (&self.session_affinity, timeout).hash(state);
-        (&self.internal_traffic_policy, &self.traffic_distribution).hash(state);
-    }
+/// `sessionAffinityConfig.clientIP`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientIpConfig {
+    /// Seconds a client sticks to one endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i32>,
 }
 
 impl ServiceSpec {

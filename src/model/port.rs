@@ -4,11 +4,10 @@
 //! port differently does not serve the import's port, so its endpoints must
 //! never be published under that port (a data plane maps ports by name).
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A port of a ServiceImport (`ServicePort` without target/node ports).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServicePort {
     /// Port name; must be unique within the import when there are several.
