@@ -511,7 +511,10 @@ mod tests {
         let args = serve(&inv);
         assert_eq!(args.transfer_allow.len(), 2);
         assert_eq!(args.notify, vec!["127.0.0.1:5301".parse().unwrap()]);
-        let zones: Vec<String> = args.reverse_zones().iter().map(|z| z.to_string()).collect();
+        let zones: Vec<String> = crate::runtime::assembly::reverse_zones(args)
+            .iter()
+            .map(|z| z.to_string())
+            .collect();
         assert_eq!(
             zones,
             ["243.in-addr.arpa.", "0.0.0.0.7.e.5.c.0.0.d.f.ip6.arpa."],

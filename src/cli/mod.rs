@@ -14,8 +14,6 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use hickory_proto::rr::Name;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-use crate::engine::EngineSettings;
-use crate::engine::vip::VipPools;
 use crate::index::ReverseZone;
 use crate::model::IpFamily;
 
@@ -106,40 +104,6 @@ pub struct ClustersetArgs {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
           default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
     pub clusterset_ip: bool,
-}
-
-impl ClustersetArgs {
-    /// The engine settings these arguments describe.
-    pub fn engine_settings(&self) -> EngineSettings {
-        EngineSettings {
-            local_families: self.ip_families.clone(),
-            pools: VipPools {
-                v4: self.vip_pool_v4,
-                v6: self.vip_pool_v6,
-            },
-            clusterset_ip: self.clusterset_ip,
-            ..EngineSettings::default()
-        }
-    }
-
-    /// The VIP state file.
-    pub fn state_file(&self) -> PathBuf {
-        self.state_file
-            .clone()
-            .unwrap_or_else(|| self.manifests.join(".clusterset-dns").join("vips.json"))
-    }
-
-    /// The SOA serial file, next to the VIP state file: its name with the
-    /// extension `serial` (`vips.json`: `vips.serial`).
-    pub fn serial_file(&self) -> PathBuf {
-        let state = self.state_file();
-        let serial = state.with_extension("serial");
-        if serial == state {
-            state.with_extension("serial.soa")
-        } else {
-            serial
-        }
-    }
 }
 
 /// `serve` arguments.
@@ -425,27 +389,6 @@ impl StatusArgs {
     }
 }
 
-impl ServeArgs {
-    /// The reverse zones to serve: those named, then those of the VIP pools.
-    pub fn reverse_zones(&self) -> Vec<ReverseZone> {
-        let pools = [
-            IpNet::V4(self.clusterset.vip_pool_v4),
-            IpNet::V6(self.clusterset.vip_pool_v6),
-        ];
-        let derived = pools
-            .into_iter()
-            .filter(|_| self.reverse_vip_pools)
-            .map(ReverseZone::covering);
-        let mut zones: Vec<ReverseZone> = Vec::new();
-        for zone in self.reverse_zone.iter().cloned().chain(derived) {
-            if !zones.contains(&zone) {
-                zones.push(zone);
-            }
-        }
-        zones
-    }
-}
-
 impl Default for ServeArgs {
     fn default() -> Self {
         match Cli::parse_from(["clusterset-dns", "serve"]).command {
@@ -514,11 +457,11 @@ mod tests {
             vec![IpFamily::IPv4, IpFamily::IPv6]
         );
         assert_eq!(
-            args.clusterset.state_file(),
+            crate::runtime::assembly::state_file(&args.clusterset),
             PathBuf::from("config/demo/.clusterset-dns/vips.json")
         );
         assert_eq!(
-            args.clusterset.serial_file(),
+            crate::runtime::assembly::serial_file(&args.clusterset),
             PathBuf::from("config/demo/.clusterset-dns/vips.serial")
         );
         let cli = Cli::parse_from([

@@ -84,7 +84,7 @@ async fn manifests(args: &ServeArgs, assembly: Assembly) -> CheckReport {
         stats.endpoints,
     );
     let mut problems = snapshot.problems;
-    if let Err(e) = SerialFile::open(&clusterset.serial_file()) {
+    if let Err(e) = SerialFile::open(&assembly::serial_file(clusterset)) {
         problems.push(format!("{e:#}"));
     }
     CheckReport {
@@ -99,7 +99,7 @@ fn transfer_summary(args: &ServeArgs) -> String {
         "zone transfers allowed from {}; NOTIFY to {}; reverse zones {}\n",
         listed(&args.transfer_allow),
         listed(&args.notify),
-        listed(&args.reverse_zones()),
+        listed(&assembly::reverse_zones(args)),
     )
 }
 

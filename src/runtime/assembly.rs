@@ -10,14 +10,18 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::{KubernetesArgs, ServeArgs, SourceKind, TcpArgs, TlsArgs};
+use ipnet::IpNet;
+
+use crate::cli::{ClustersetArgs, KubernetesArgs, ServeArgs, SourceKind, TcpArgs, TlsArgs};
 use crate::dns::{Caps, TcpLimits, TlsSettings};
+use crate::engine::vip::VipPools;
 use crate::engine::{EngineSettings, VipSource};
-use crate::index::Index;
 use crate::index::serial::{self, SerialFile};
+use crate::index::{Index, ReverseZone};
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
 use crate::sources::kubernetes::readers::FactSources;
@@ -87,9 +91,9 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
             (
                 EngineSettings {
                     local_cluster,
-                    ..clusterset.engine_settings()
+                    ..engine_settings(clusterset)
                 },
-                Some(clusterset.state_file()),
+                Some(state_file(clusterset)),
                 Source::Manifests(ManifestSource::new(manifests)),
             )
         }
@@ -99,7 +103,7 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
                 vip_source: VipSource::Assigned,
                 local_cluster: Some(connection.cluster.clone()),
                 namespaces_known: true,
-                ..clusterset.engine_settings()
+                ..engine_settings(clusterset)
             };
             let broker_namespace = args.kubernetes.broker_namespace.clone();
             let facts = FactSources::new(&connection, &broker_namespace);
@@ -112,9 +116,7 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
         }
     };
     let serial_file = match (&source, serving) {
-        (Source::Manifests(_), true) => {
-            Some(Arc::new(SerialFile::open(&clusterset.serial_file())?))
-        }
+        (Source::Manifests(_), true) => Some(Arc::new(SerialFile::open(&serial_file(clusterset))?)),
         _ => None,
     };
     let now = serial::now();
@@ -127,7 +129,7 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
     )
     .with_serial_file(serial_file)
     .with_nameserver_addresses(nameserver_addresses(args))
-    .with_reverse_zones(args.reverse_zones());
+    .with_reverse_zones(reverse_zones(args));
     Ok(Assembly {
         pipeline: PipelineSettings {
             engine,
@@ -181,4 +183,59 @@ pub fn tcp_limits(args: &TcpArgs) -> TcpLimits {
         write_timeout: Duration::from_secs(args.tcp_write_timeout),
         ..TcpLimits::default()
     }
+}
+
+/// The engine settings the clusterset flags describe.
+fn engine_settings(clusterset: &ClustersetArgs) -> EngineSettings {
+    EngineSettings {
+        local_families: clusterset.ip_families.clone(),
+        pools: VipPools {
+            v4: clusterset.vip_pool_v4,
+            v6: clusterset.vip_pool_v6,
+        },
+        clusterset_ip: clusterset.clusterset_ip,
+        ..EngineSettings::default()
+    }
+}
+
+/// The VIP state file: `--state-file`, else `.clusterset-dns/vips.json` in
+/// the manifest directory.
+pub fn state_file(clusterset: &ClustersetArgs) -> PathBuf {
+    clusterset.state_file.clone().unwrap_or_else(|| {
+        clusterset
+            .manifests
+            .join(".clusterset-dns")
+            .join("vips.json")
+    })
+}
+
+/// The SOA serial file, next to the VIP state file: its name with the
+/// extension `serial` (`vips.json`: `vips.serial`).
+pub fn serial_file(clusterset: &ClustersetArgs) -> PathBuf {
+    let state = state_file(clusterset);
+    let serial = state.with_extension("serial");
+    if serial == state {
+        state.with_extension("serial.soa")
+    } else {
+        serial
+    }
+}
+
+/// The reverse zones to serve: those named, then those of the VIP pools.
+pub fn reverse_zones(args: &ServeArgs) -> Vec<ReverseZone> {
+    let pools = [
+        IpNet::V4(args.clusterset.vip_pool_v4),
+        IpNet::V6(args.clusterset.vip_pool_v6),
+    ];
+    let derived = pools
+        .into_iter()
+        .filter(|_| args.reverse_vip_pools)
+        .map(ReverseZone::covering);
+    let mut zones: Vec<ReverseZone> = Vec::new();
+    for zone in args.reverse_zone.iter().cloned().chain(derived) {
+        if !zones.contains(&zone) {
+            zones.push(zone);
+        }
+    }
+    zones
 }
