@@ -97,6 +97,34 @@ impl Member {
     pub fn dns(&self) -> SocketAddr {
         self.replicas[0].dns
     }
+
+    /// The kubeconfigs its replicas run with: its own cluster's and the
+    /// broker's (ServiceAccount tokens, see `deploy_member`).
+    pub fn kubeconfigs(&self) -> (&Path, &Path) {
+        (&self.kubeconfig, &self.broker_kubeconfig)
+    }
+}
+
+/// The flags every replica of member `id` runs with besides its
+/// credentials, Lease identity and listeners ([`Clusterset::add_replica`],
+/// and the replica run from the container image in `image.rs`).
+pub fn replica_flags(id: &str) -> Vec<String> {
+    [
+        "--source",
+        "kubernetes",
+        "--cluster-id",
+        id,
+        "--broker-namespace",
+        BROKER_NAMESPACE,
+        "--lease-duration",
+        &LEASE_SECONDS.to_string(),
+        "--cluster-timeout",
+        &CLUSTER_TIMEOUT_SECONDS.to_string(),
+        "--log-format",
+        "text",
+    ]
+    .map(str::to_owned)
+    .into()
 }
 
 /// Three members, the first also the broker.
@@ -357,35 +385,24 @@ impl Clusterset {
         let dns = free_port();
         let metrics = free_port();
         let log = member.plane.dir.join(format!("{identity}.log"));
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "serve",
-            "--source",
-            "kubernetes",
-            "--cluster-id",
-            &member.id,
             "--kubeconfig",
             &member.kubeconfig.display().to_string(),
             "--broker-kubeconfig",
             &member.broker_kubeconfig.display().to_string(),
-            "--broker-namespace",
-            BROKER_NAMESPACE,
             "--lease-namespace",
             DNS_NAMESPACE,
-            "--lease-duration",
-            &LEASE_SECONDS.to_string(),
-            "--cluster-timeout",
-            &CLUSTER_TIMEOUT_SECONDS.to_string(),
             "--identity",
             &identity,
             "--listen",
             &dns.to_string(),
             "--metrics-listen",
             &metrics.to_string(),
-            "--log-format",
-            "text",
         ]
         .map(str::to_owned)
         .into();
+        args.extend(replica_flags(&member.id));
         let process = spawn_member(&identity, &args, &log)?;
         let mut replica = Replica {
             identity,

@@ -25,6 +25,7 @@ mod crd_versions;
 mod endpoints;
 mod exports;
 mod faults;
+mod image;
 mod ownership;
 mod pods;
 mod security;
@@ -147,6 +148,7 @@ async fn run(filters: &[String]) -> ExitCode {
         faults::a_dead_member_leaves_the_answers,
         crd_versions::every_crd_release_in_one_clusterset,
         crd_versions::a_crd_serving_no_version_loses_no_export,
+        image::a_replica_runs_from_the_image,
     ];
     let chosen: Vec<_> = all
         .into_iter()
