@@ -14,6 +14,7 @@ pub mod index;
 pub mod k8s;
 pub mod model;
 pub mod ops;
+pub mod plumbing;
 pub mod runtime;
 pub mod sources;
 pub mod writeback;

@@ -6,16 +6,13 @@ use std::time::Duration;
 
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
-use prometheus::core::Collector;
 use prometheus::local::{LocalHistogram, LocalIntCounter};
-use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    exponential_buckets,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry};
 
 use crate::dns::message::question::COMMON_TYPES;
 use crate::dns::message::response::Problem;
-use crate::dns::transport::listen::ListenerMetrics;
+use crate::plumbing::listen::ListenerMetrics;
+use crate::plumbing::metrics::{buckets, opts, register};
 
 /// Response codes counted by name (as `dig` spells them); the rest count as `other`.
 const RCODES: [(ResponseCode, &str); 7] = [
@@ -60,28 +57,6 @@ pub struct DnsRecorder {
     responses: Vec<LocalIntCounter>,
     duration: LocalHistogram,
     malformed: Vec<LocalIntCounter>,
-}
-
-/// Options of a metric named `clusterset_dns_<name>`.
-pub fn opts(name: &str, help: &str) -> Opts {
-    Opts::new(format!("clusterset_dns_{name}"), help)
-}
-
-/// The buckets of every duration histogram: 1 µs to about 0.3 s.
-pub fn buckets() -> Vec<f64> {
-    exponential_buckets(1e-6, 4.0, 10).expect("valid buckets")
-}
-
-/// Registers a new metric (names are fixed and unique: failure is a bug).
-pub fn register<T: Collector + Clone + 'static>(
-    registry: &Registry,
-    metric: prometheus::Result<T>,
-) -> T {
-    let metric = metric.expect("valid metric options");
-    registry
-        .register(Box::new(metric.clone()))
-        .expect("metric names are unique");
-    metric
 }
 
 /// Counters of the DNS over TLS listener.

@@ -5,7 +5,6 @@
 //! travels: sockets, listeners, limits, TLS), `transfer/` (AXFR/IXFR,
 //! NOTIFY).
 
-mod log_limit;
 mod message;
 pub mod metrics;
 mod transfer;
@@ -17,7 +16,6 @@ pub use message::question::COMMON_TYPES;
 pub use message::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, Response, handle};
 pub use transfer::notify;
 pub use transfer::zone::TransferPolicy;
-pub use transport::listen::{self, Caps, fit_open_files};
 pub use transport::server::DnsServer;
 pub use transport::tcp_limits::TcpLimits;
 pub use transport::tls::{TlsListener, TlsSettings, check as check_tls};

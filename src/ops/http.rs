@@ -3,7 +3,7 @@
 //! enabled, `/debug/explain` (read only, see `crate::explain`; operator-only:
 //! it shows the whole clusterset to whoever reaches the port).
 //!
-//! It runs the accept loop every listener shares (`dns::listen`), within its
+//! It runs the accept loop every listener shares (`plumbing/listen.rs`), within its
 //! own caps on open connections; a connection must send each request head
 //! within the header timeout (that also closes an idle kept-alive
 //! connection), is closed when no byte moves for the idle timeout (a client
@@ -32,10 +32,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::dns::listen::{self, Caps, Connections};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::ops::metrics::Metrics;
+use crate::plumbing::listen::{self, Caps, Connections};
 
 /// Largest request head (request line and headers) read: hyper's smallest
 /// buffer. A larger one gets 431.
@@ -87,7 +87,7 @@ impl Health {
 }
 
 /// Serves the endpoints on `listener` within `settings` until the task is
-/// dropped; accept errors do not end it (see `dns::listen::accept`).
+/// dropped; accept errors do not end it (see `plumbing::listen::accept`).
 pub async fn serve(
     listener: TcpListener,
     health: Arc<Health>,

@@ -11,11 +11,12 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::dns::listen::ListenerMetrics;
-use crate::dns::metrics::{DnsMetrics, buckets, opts, register};
+use crate::dns::metrics::DnsMetrics;
 use crate::engine::Engine;
 use crate::model::IpFamily;
 use crate::model::conditions::ConflictReason;
+use crate::plumbing::listen::ListenerMetrics;
+use crate::plumbing::metrics::{buckets, opts, register};
 
 /// Every metric of the process.
 pub struct Metrics {

@@ -17,11 +17,12 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::cli::{ClustersetArgs, KubernetesArgs, ServeArgs, SourceKind, TcpArgs, TlsArgs};
-use crate::dns::{Caps, TcpLimits, TlsSettings};
+use crate::dns::{TcpLimits, TlsSettings};
 use crate::engine::vip::VipPools;
 use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
+use crate::plumbing::listen::Caps;
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
 use crate::sources::kubernetes::readers::FactSources;

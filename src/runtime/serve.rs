@@ -15,13 +15,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cli::{OperationsArgs, ServeArgs};
-use crate::dns::{Caps, DnsServer, TlsListener, TransferPolicy, fit_open_files, notify};
+use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
 use crate::ops::build_info;
 use crate::ops::http::{self, Health};
 use crate::ops::metrics::Metrics;
+use crate::plumbing::listen::{Caps, fit_open_files};
 use crate::runtime::assembly::{self, Assembly, Source};
 use crate::runtime::kubernetes;
 use crate::runtime::pipeline::{Pipeline, PipelineSettings, Serving};

@@ -14,7 +14,6 @@ use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, B
 use hickory_server::net::xfer::Protocol;
 use tracing::warn;
 
-use crate::dns::log_limit::LogLimit;
 use crate::dns::message::opt_check::options_cut;
 use crate::dns::message::question;
 use crate::dns::message::question::COMMON_TYPES;
@@ -22,6 +21,7 @@ use crate::dns::message::recent::{Recent, Response, View};
 use crate::dns::message::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::dns::message::rotate::{self, Layout, next_turn};
 use crate::index::Index;
+use crate::plumbing::log_limit::LogLimit;
 
 static LOG_LIMIT: LogLimit = LogLimit::new(Duration::from_secs(60));
 

@@ -18,10 +18,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::dns::log_limit::LogLimit;
 use crate::dns::metrics::DnsMetrics;
 use crate::index::Index;
 use crate::model::backoff::Backoff;
+use crate::plumbing::log_limit::LogLimit;
 
 /// Quiet time after a change before notifying: a burst of commits makes one round.
 const DEBOUNCE: Duration = Duration::from_secs(1);

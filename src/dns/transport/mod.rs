@@ -1,8 +1,8 @@
 //! How messages travel: the UDP socket loop, TCP and TLS listeners with
-//! their limits and certificates, and the accept loop they share.
+//! their limits and certificates (the accept loop they share is in
+//! `plumbing/listen.rs`).
 
 pub mod certificates;
-pub mod listen;
 pub mod server;
 pub mod tcp;
 pub mod tcp_limits;

@@ -10,11 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dns::metrics::DnsMetrics;
 use crate::dns::transfer::zone::TransferPolicy;
-use crate::dns::transport::listen::Connections;
 use crate::dns::transport::tcp;
 use crate::dns::transport::tcp_limits::TcpLimits;
 use crate::dns::transport::udp::UdpWorkers;
 use crate::index::Index;
+use crate::plumbing::listen::Connections;
 
 /// UDP socket buffer size asked for.
 const SOCKET_BUFFER: usize = 4 << 20;

@@ -23,9 +23,9 @@ use tracing::{debug, warn};
 use crate::dns::message::response::{Handled, handle};
 use crate::dns::metrics::{DnsRecorder, TcpMetrics};
 use crate::dns::transfer::zone::{self as transfer, TransferPolicy};
-use crate::dns::transport::listen::{self, Connections};
 use crate::dns::transport::tcp_limits::TcpLimits;
 use crate::index::Index;
+use crate::plumbing::listen::{self, Connections};
 
 /// What every connection shares.
 pub struct Shared {

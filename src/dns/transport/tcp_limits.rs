@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::dns::transport::listen::Caps;
+use crate::plumbing::listen::Caps;
 
 /// The TCP limits of a server.
 #[derive(Clone, Debug, PartialEq, Eq)]

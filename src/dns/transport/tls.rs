@@ -17,10 +17,10 @@ use tracing::debug;
 
 use crate::dns::metrics::{DnsMetrics, TlsMetrics};
 use crate::dns::transport::certificates::Certificates;
-use crate::dns::transport::listen::{self, Connections};
 use crate::dns::transport::tcp;
 use crate::dns::transport::tcp_limits::TcpLimits;
 use crate::index::Index;
+use crate::plumbing::listen::{self, Connections};
 
 /// DNS over TLS as configured (`--tls-listen`, `--tls-cert`, `--tls-key`):
 /// off without an address.

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::dns::log_limit::LogLimit;
+use crate::plumbing::log_limit::LogLimit;
 
 /// At most one log line per listener per this period about accept errors
 /// (the metric counts every one).
