@@ -3,6 +3,8 @@
 //! `kubectl apply -k`, the broker's RBAC and the EndpointSlice admission
 //! policy applied on their own, and each member's replicas running
 //! `serve --source kubernetes` with tokens of their own ServiceAccounts.
+//! The broker's RBAC and the member `west` are installed with the Helm chart
+//! instead (`helm.rs`), when helm is built.
 //!
 //! The broker is `east`'s own API server, as Submariner deploys it: a fourth
 //! control plane would cost another etcd, API server and controller manager
@@ -260,6 +262,10 @@ impl Clusterset {
     /// says to add them.
     fn deploy_broker(&self) -> Result<()> {
         let broker = &self.members[0].plane;
+        if crate::helm::available()? {
+            let ids: Vec<&str> = self.members.iter().map(|m| m.id.as_str()).collect();
+            return crate::helm::install_broker(broker, &ids);
+        }
         kubectl(
             broker,
             &[
@@ -308,24 +314,28 @@ impl Clusterset {
     async fn deploy_member(&mut self, i: usize) -> Result<()> {
         let member = &self.members[i];
         let plane = &member.plane;
-        kubectl(
-            plane,
-            &[
-                "apply",
-                "-k",
-                &repo("config/kubernetes").display().to_string(),
-            ],
-        )?;
-        kubectl(
-            plane,
-            &[
-                "apply",
-                "-f",
-                &repo("config/kubernetes/endpointslice-policy.yaml")
-                    .display()
-                    .to_string(),
-            ],
-        )?;
+        if member.id == crate::helm::MEMBER && crate::helm::available()? {
+            crate::helm::install_member(plane)?;
+        } else {
+            kubectl(
+                plane,
+                &[
+                    "apply",
+                    "-k",
+                    &repo("config/kubernetes").display().to_string(),
+                ],
+            )?;
+            kubectl(
+                plane,
+                &[
+                    "apply",
+                    "-f",
+                    &repo("config/kubernetes/endpointslice-policy.yaml")
+                        .display()
+                        .to_string(),
+                ],
+            )?;
+        }
         if member.crds == Crds::Upstream {
             let upstream = run(&bin_dir().join("mcs-api-crds"), &[])?;
             apply_text(plane, "upstream-crds.yaml", &upstream)?;

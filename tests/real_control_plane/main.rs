@@ -25,6 +25,7 @@ mod crd_versions;
 mod endpoints;
 mod exports;
 mod faults;
+mod helm;
 mod image;
 mod ownership;
 mod pods;
@@ -133,6 +134,7 @@ async fn run(filters: &[String]) -> ExitCode {
         conformance::the_upstream_conformance_suite_passes => 1500,
         security::members_use_their_own_service_accounts,
         security::the_endpointslice_policy_admits_only_mcs_slices,
+        helm::a_member_and_the_broker_installed_with_the_chart,
         exports::import_lives_while_any_cluster_exports,
         endpoints::headless_answers_follow_pod_readiness,
         exports::differing_ports_are_a_port_conflict,
