@@ -29,6 +29,7 @@ mod helm;
 mod image;
 mod ownership;
 mod pods;
+mod prometheus;
 mod security;
 mod workloads;
 
@@ -148,6 +149,7 @@ async fn run(filters: &[String]) -> ExitCode {
         faults::the_broker_restarted_past_compaction,
         faults::the_leader_killed_hands_over,
         faults::a_dead_member_leaves_the_answers,
+        prometheus::prometheus_pages_for_a_dead_member => 240,
         crd_versions::every_crd_release_in_one_clusterset,
         crd_versions::a_crd_serving_no_version_loses_no_export,
         image::a_replica_runs_from_the_image,
