@@ -12,6 +12,7 @@ use clusterset_dns::cli::ServeArgs;
 use clusterset_dns::dns::{Handled, handle, respond_udp};
 use clusterset_dns::engine::Engine;
 use clusterset_dns::index::{Index, ReverseZone};
+use clusterset_dns::runtime::assembly::engine_settings;
 use clusterset_dns::sources::manifests::ManifestSource;
 use hickory_server::net::xfer::Protocol;
 use libfuzzer_sys::fuzz_target;
@@ -20,7 +21,7 @@ use libfuzzer_sys::fuzz_target;
 static INDEX: LazyLock<Index> = LazyLock::new(|| {
     let args = ServeArgs::default();
     let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/demo");
-    let mut engine = Engine::new(args.clusterset.engine_settings());
+    let mut engine = Engine::new(engine_settings(&args.clusterset));
     let changes = ManifestSource::new(demo).rescan(&HashSet::new());
     let reverse = ["243.in-addr.arpa", "10.in-addr.arpa"].map(|z| ReverseZone::parse(z).unwrap());
     let index = Index::new(args.zone.clone(), args.ttl, true, 1).with_reverse_zones(reverse.into());

@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use clusterset_dns::cli::ServeArgs;
 use clusterset_dns::engine::{Engine, EngineSettings};
+use clusterset_dns::runtime::assembly::engine_settings;
 use clusterset_dns::sources::manifests::ManifestSource;
 use libfuzzer_sys::fuzz_target;
 
@@ -23,7 +24,7 @@ static DIR: LazyLock<(tempfile::TempDir, PathBuf)> = LazyLock::new(|| {
 
 /// The default engine settings, parsed once from an empty command line.
 static SETTINGS: LazyLock<EngineSettings> =
-    LazyLock::new(|| ServeArgs::default().clusterset.engine_settings());
+    LazyLock::new(|| engine_settings(&ServeArgs::default().clusterset));
 
 fuzz_target!(|data: &[u8]| {
     let (dir, file) = &*DIR;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 pub mod config_file;
-pub mod mode_flags;
+pub(crate) mod mode_flags;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use hickory_proto::rr::Name;

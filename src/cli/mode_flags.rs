@@ -24,7 +24,7 @@ const EMBEDDED_ONLY: [&str; 2] = ["manifests", "state_file"];
 /// Checks the flags of the subcommand in `matches` (merged with the config
 /// file) against its `--source`; `command_line` are the matches of the
 /// command line alone, to tell where a flag came from.
-pub fn check(
+pub(crate) fn check(
     command: &clap::Command,
     command_line: &ArgMatches,
     matches: &ArgMatches,

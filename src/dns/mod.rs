@@ -6,7 +6,7 @@
 //! NOTIFY).
 
 mod message;
-pub mod metrics;
+pub(crate) mod metrics;
 mod transfer;
 mod transport;
 

@@ -54,7 +54,7 @@ pub struct Policy<'a> {
 }
 
 /// Aggregates one service's inputs.
-pub fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
+pub(crate) fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
     let local_families = policy.local_families;
     let mut exports = Vec::with_capacity(inputs.len());
     let mut valid = Vec::new();

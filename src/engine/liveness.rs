@@ -15,7 +15,7 @@ use crate::model::import::Import;
 /// them (false when no live cluster is left, with the MCS API's reason
 /// `Pending`: the import waits for one to return). Copies nothing when
 /// none is dead.
-pub fn leave_out_dead(import: &mut Arc<Import>, dead: &BTreeSet<ClusterId>) {
+pub(crate) fn leave_out_dead(import: &mut Arc<Import>, dead: &BTreeSet<ClusterId>) {
     if !import.clusters.iter().any(|c| dead.contains(&c.cluster)) {
         return;
     }

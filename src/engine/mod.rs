@@ -2,8 +2,8 @@
 //! into imports, export conditions and VIPs. No I/O and no clock: sources feed
 //! it [`Change`]s, the index reads the [`Import`]s it returns.
 
-pub mod aggregate;
-pub mod liveness;
+pub(crate) mod aggregate;
+pub(crate) mod liveness;
 pub mod vip;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

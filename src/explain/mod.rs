@@ -4,8 +4,8 @@
 //! about the service, whether it exports it, its export conditions, the
 //! addresses it contributes and each endpoint left out, with the reason.
 
-pub mod shared;
-pub mod text;
+pub(crate) mod shared;
+pub(crate) mod text;
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -131,7 +131,12 @@ pub struct AnswerSummary {
 
 /// Explains `name`/`rtype` (class IN) from `index`, as served, and the
 /// inputs of `engine` the index was built from.
-pub fn explain(engine: &Engine, index: &Index, name: &Name, rtype: RecordType) -> Explanation {
+pub(crate) fn explain(
+    engine: &Engine,
+    index: &Index,
+    name: &Name,
+    rtype: RecordType,
+) -> Explanation {
     let lower = LowerName::new(name);
     let response = answer(index, &lower, rtype, DNSClass::IN);
     let key = service_key(index.zone(), name);
@@ -383,7 +388,7 @@ fn rcode_text(code: ResponseCode) -> String {
 
 /// Parses the `NAME [TYPE]` of a request: the name made fully qualified,
 /// the type (default A) by its mnemonic, any case.
-pub fn question(name: &str, rtype: Option<&str>) -> Result<(Name, RecordType), String> {
+pub(crate) fn question(name: &str, rtype: Option<&str>) -> Result<(Name, RecordType), String> {
     let mut parsed = Name::from_ascii(name).map_err(|e| format!("invalid name {name:?}: {e}"))?;
     parsed.set_fqdn(true);
     let rtype = match rtype {

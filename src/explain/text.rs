@@ -7,7 +7,7 @@ use super::{ClusterExplanation, Explanation};
 use crate::model::conditions::Condition;
 
 /// Renders `e` for a terminal.
-pub fn render_text(e: &Explanation) -> String {
+pub(crate) fn render_text(e: &Explanation) -> String {
     let mut out = String::new();
     let _ = write!(out, "{} {}: {}", e.name, e.rtype, e.name_kind);
     match &e.service {
@@ -105,7 +105,7 @@ fn condition(c: &Condition) -> String {
 }
 
 /// Whether a condition's reason only repeats its status (`Valid`, `NoConflicts`, ...).
-pub fn usual_reason(c: &Condition) -> bool {
+pub(crate) fn usual_reason(c: &Condition) -> bool {
     matches!(
         c.reason.as_ref(),
         "Valid" | "Ready" | "Exported" | "NoConflicts"
@@ -113,7 +113,7 @@ pub fn usual_reason(c: &Condition) -> bool {
 }
 
 /// The items joined with commas, `-` for none.
-pub fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
+pub(crate) fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
     let parts: Vec<String> = items.map(|i| i.to_string()).collect();
     if parts.is_empty() {
         "-".into()

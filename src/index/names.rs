@@ -82,7 +82,7 @@ pub enum ServiceName {
 
 /// Resolves the labels below `<svc>.<ns>.svc.<zone>` (leftmost first).
 /// None: no such name (NXDOMAIN).
-pub fn service_name(
+pub(super) fn service_name(
     import: &Import,
     rest: &[&[u8]],
     cluster_targeting: bool,

@@ -15,7 +15,7 @@ use crate::model::port::backs;
 use crate::model::{ImportType, IpFamily};
 
 /// Records of type `rtype` (`ANY`: all) at `owner`, a name under `entry`.
-pub fn service_records(
+pub(super) fn service_records(
     entry: &ServiceEntry,
     which: &ServiceName,
     owner: &Name,

@@ -89,14 +89,14 @@ impl std::fmt::Display for ReverseZone {
 
 /// The reverse zones served and the names of each address in them.
 #[derive(Debug, Default)]
-pub struct ReverseMap {
+pub(super) struct ReverseMap {
     pub(super) zones: Vec<ReverseZone>,
     pub(super) pointers: RwLock<BTreeMap<IpAddr, Vec<Name>>>,
 }
 
 impl ReverseMap {
     /// A map serving `zones` (none: reverse lookups are off and cost nothing).
-    pub fn new(zones: Vec<ReverseZone>) -> Self {
+    pub(super) fn new(zones: Vec<ReverseZone>) -> Self {
         Self {
             zones,
             pointers: RwLock::default(),
@@ -104,18 +104,18 @@ impl ReverseMap {
     }
 
     /// The zones served.
-    pub fn zones(&self) -> &[ReverseZone] {
+    pub(super) fn zones(&self) -> &[ReverseZone] {
         &self.zones
     }
 
     /// The zone `name` lies in (its index), if any.
-    pub fn zone_of(&self, name: &LowerName) -> Option<usize> {
+    pub(super) fn zone_of(&self, name: &LowerName) -> Option<usize> {
         self.zones.iter().position(|z| z.lower.zone_of(name))
     }
 
     /// Replaces the addresses of the service named `service`: those of
     /// `old` go, those of `new` come.
-    pub fn update(&self, service: &Name, old: Option<&Import>, new: Option<&Import>) {
+    pub(super) fn update(&self, service: &Name, old: Option<&Import>, new: Option<&Import>) {
         if self.zones.is_empty() {
             return;
         }

@@ -24,7 +24,7 @@ const RFC_1123_LABEL: &str = "an RFC 1123 DNS label (at most 63 lower-case lette
 const RFC_1035_LABEL: &str = "an RFC 1035 DNS label (at most 63 lower-case letters, digits and '-', starting with a letter and ending with a letter or digit)";
 
 /// The namespace of an object whose `metadata.namespace` is missing, as `kubectl apply` assumes.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 /// Why an object cannot be converted. Messages name the object (`Kind namespace/name`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -117,7 +117,7 @@ pub enum ConvertError {
 }
 
 /// `metadata.namespace`, defaulted to [`DEFAULT_NAMESPACE`].
-pub fn namespace_of(meta: &ObjectMeta) -> &str {
+pub(crate) fn namespace_of(meta: &ObjectMeta) -> &str {
     match meta.namespace.as_deref() {
         Some(ns) if !ns.is_empty() => ns,
         _ => DEFAULT_NAMESPACE,
@@ -153,7 +153,7 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
 }
 
 /// Converts a Service into its [`ServiceInfo`], keyed by its namespace and name.
-pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
+pub(crate) fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
     let (namespace, name) = identity("Service", &svc.metadata)?;
     let object = || format!("Service {namespace}/{name}");
     // Kubernetes validates these (RFC 1035 labels for Service names, RFC 1123
@@ -266,7 +266,7 @@ pub fn service(svc: &Service) -> Result<(ServiceKey, Object), ConvertError> {
 /// `observed` is when and in which order the source first saw the export;
 /// `metadata.creationTimestamp`, when present, replaces it entirely, so that
 /// exports created in the same second fall back to cluster id order.
-pub fn service_export(
+pub(crate) fn service_export(
     export: &crd::ServiceExport,
     observed: ExportAge,
 ) -> Result<(ServiceKey, Object), ConvertError> {
@@ -314,14 +314,14 @@ pub fn service_export(
 /// True for an EndpointSlice an MCS implementation made for an import
 /// (`multicluster.kubernetes.io/service-name` without `kubernetes.io/service-name`):
 /// it describes another cluster's endpoints, so sources skip it.
-pub fn is_imported_slice(slice: &EndpointSlice) -> bool {
+pub(crate) fn is_imported_slice(slice: &EndpointSlice) -> bool {
     let labels = slice.metadata.labels.as_ref();
     let has = |label: &str| labels.is_some_and(|l| l.contains_key(label));
     has(LABEL_MCS_SERVICE_NAME) && !has(LABEL_SERVICE_NAME)
 }
 
 /// Converts an EndpointSlice, keyed by the Service its `kubernetes.io/service-name` label names.
-pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), ConvertError> {
+pub(crate) fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), ConvertError> {
     let (namespace, name) = identity("EndpointSlice", &slice.metadata)?;
     let object = || format!("EndpointSlice {namespace}/{name}");
     let service = slice
@@ -339,7 +339,10 @@ pub fn endpoint_slice(slice: &EndpointSlice) -> Result<(ServiceKey, Object), Con
 }
 
 /// The endpoints of an EndpointSlice; errors name it as `object`.
-pub fn slice_endpoints(slice: &EndpointSlice, object: &str) -> Result<SliceInfo, ConvertError> {
+pub(crate) fn slice_endpoints(
+    slice: &EndpointSlice,
+    object: &str,
+) -> Result<SliceInfo, ConvertError> {
     let object = || object.to_owned();
     let family = match slice.address_type.as_str() {
         "IPv4" => IpFamily::IPv4,

@@ -2,7 +2,7 @@
 //! each API server serves them at, their conversion into [`crate::model`]
 //! facts, and the records Kubernetes mode keeps on the broker.
 
-pub mod convert;
+pub(crate) mod convert;
 pub mod crd;
 pub mod records;
 pub mod served_versions;

@@ -10,19 +10,19 @@ use std::time::Duration;
 
 /// Exponential backoff between a first and a longest wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     first: Duration,
     longest: Duration,
 }
 
 impl Backoff {
     /// Waits from `first`, doubled after each failure, up to `longest`.
-    pub const fn new(first: Duration, longest: Duration) -> Self {
+    pub(crate) const fn new(first: Duration, longest: Duration) -> Self {
         Self { first, longest }
     }
 
     /// The wait after `failures` failures in a row (1: the first failure).
-    pub fn after(&self, failures: u32) -> Duration {
+    pub(crate) fn after(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(31);
         self.first.saturating_mul(1 << doublings).min(self.longest)
     }

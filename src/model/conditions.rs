@@ -7,6 +7,8 @@ use serde::Serialize;
 
 /// Why an export is in conflict with the oldest export of the same service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+// The variants are the MCS API's reasons, spelled as it spells them.
+#[allow(clippy::enum_variant_names)]
 pub enum ConflictReason {
     /// Its ports differ from the oldest export's.
     PortConflict,
@@ -95,42 +97,43 @@ fn status_text<S: serde::Serializer>(status: &bool, s: S) -> Result<S::Ok, S::Er
 }
 
 /// Condition type: the export refers to an exportable Service.
-pub const VALID: &str = "Valid";
+pub(crate) const VALID: &str = "Valid";
 /// Condition type: the export (or import) is in effect.
-pub const READY: &str = "Ready";
+pub(crate) const READY: &str = "Ready";
 /// Condition type: the export disagrees with the oldest export.
-pub const CONFLICT: &str = "Conflict";
+pub(crate) const CONFLICT: &str = "Conflict";
 
 /// The reasons of the conditions this program writes, as KEP-1645 and the
 /// MCS API (mcs-api v0.5) name them; [`ConflictReason`] has the `Conflict`
 /// condition's.
-pub mod reason {
+pub(crate) mod reason {
     /// ServiceExport `Valid=True`.
-    pub const VALID: &str = "Valid";
+    pub(crate) const VALID: &str = "Valid";
     /// ServiceExport `Valid=False`: no Service of that namespace and name.
-    pub const NO_SERVICE: &str = "NoService";
+    pub(crate) const NO_SERVICE: &str = "NoService";
     /// ServiceExport `Valid=False`: an ExternalName Service.
-    pub const INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
+    pub(crate) const INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
     /// ServiceExport `Ready=True`: the export is in the import (pushed to the broker).
-    pub const EXPORTED: &str = "Exported";
+    pub(crate) const EXPORTED: &str = "Exported";
     /// ServiceExport `Ready=False` while it cannot take effect yet (no
     /// Service); ServiceImport `Ready=False` while no exporting cluster is
     /// live (it waits for one to return).
-    pub const PENDING: &str = "Pending";
+    pub(crate) const PENDING: &str = "Pending";
     /// ServiceExport `Ready=False`: it cannot take effect (an ExternalName
     /// Service, or IP families sharing none with the clusterset's).
-    pub const FAILED: &str = "Failed";
+    pub(crate) const FAILED: &str = "Failed";
     /// ServiceExport `Conflict=False`.
-    pub const NO_CONFLICTS: &str = "NoConflicts";
+    pub(crate) const NO_CONFLICTS: &str = "NoConflicts";
     /// ServiceImport `Ready=True`.
-    pub const READY: &str = "Ready";
+    pub(crate) const READY: &str = "Ready";
     /// ServiceImport `Ready=False`: the local cluster supports none of its IP families.
-    pub const IP_FAMILY_NOT_SUPPORTED: &str = "IPFamilyNotSupported";
+    pub(crate) const IP_FAMILY_NOT_SUPPORTED: &str = "IPFamilyNotSupported";
 }
 
 /// The kind a condition is written on.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum On {
+pub(crate) enum On {
     /// `ServiceExport.status.conditions`.
     ServiceExport,
     /// `ServiceImport.status.conditions`.
@@ -139,8 +142,10 @@ pub enum On {
 
 /// Every `(kind, type, status, reason)` this program writes, but for
 /// `Conflict=True`, whose reason is one or more [`ConflictReason`]s joined
-/// by commas. The engine's tests check that it writes nothing else.
-pub const WRITTEN: [(On, &str, bool, &str); 10] = [
+/// by commas. The engine's tests check that it writes nothing else (so it
+/// is compiled for tests only).
+#[cfg(test)]
+pub(crate) const WRITTEN: [(On, &str, bool, &str); 10] = [
     (On::ServiceExport, VALID, true, reason::VALID),
     (On::ServiceExport, VALID, false, reason::NO_SERVICE),
     (
@@ -165,7 +170,8 @@ pub const WRITTEN: [(On, &str, bool, &str); 10] = [
 
 /// Whether `condition` on `on` is one [`WRITTEN`] lists (or a `Conflict=True`
 /// of [`ConflictReason`]s).
-pub fn is_written(on: On, condition: &Condition) -> bool {
+#[cfg(test)]
+pub(crate) fn is_written(on: On, condition: &Condition) -> bool {
     if on == On::ServiceExport && condition.type_ == CONFLICT && condition.status {
         return condition.reason.split(',').all(|r| {
             ConflictReason::ALL

@@ -13,7 +13,7 @@ use hashbrown::HashTable;
 
 /// Distinct values, each kept once.
 #[derive(Debug)]
-pub struct Interner<T: ?Sized> {
+pub(crate) struct Interner<T: ?Sized> {
     values: HashTable<Arc<T>>,
     hasher: RandomState,
     live_at_last_prune: usize,
@@ -31,14 +31,14 @@ impl<T: ?Sized> Default for Interner<T> {
 
 impl<T: ?Sized + Eq + Hash> Interner<T> {
     /// The shared copy of `value`; `make` builds it when there is none yet.
-    pub fn get(&mut self, value: &T, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
+    pub(crate) fn get(&mut self, value: &T, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
         self.find(value, |v| v == value, make)
     }
 
     /// The shared copy of the value that `probe` stands for, found without
     /// building it (a key's namespace and name, say): `probe` must hash as
     /// the value does, and `is` tell whether a kept value is that one.
-    pub fn find<Q: Hash + ?Sized>(
+    pub(crate) fn find<Q: Hash + ?Sized>(
         &mut self,
         probe: &Q,
         is: impl Fn(&T) -> bool,
@@ -67,7 +67,7 @@ impl<T: ?Sized + Eq + Hash> Interner<T> {
 }
 
 /// The shared copy of `value` in a process-wide `interner` (a `static`).
-pub fn share<T: Eq + Hash + Clone>(interner: &Mutex<Interner<T>>, value: T) -> Arc<T> {
+pub(crate) fn share<T: Eq + Hash + Clone>(interner: &Mutex<Interner<T>>, value: T) -> Arc<T> {
     let mut interner = interner.lock().unwrap_or_else(|e| e.into_inner());
     interner.get(&value, || Arc::new(value.clone()))
 }

@@ -3,11 +3,11 @@
 //! Sources convert Services, ServiceExports and EndpointSlices into these types
 //! (see `k8s::convert`), so the engine and index never hold whole API objects.
 
-pub mod backoff;
-pub mod conditions;
-pub mod import;
-pub mod intern;
-pub mod port;
+pub(crate) mod backoff;
+pub(crate) mod conditions;
+pub(crate) mod import;
+pub(crate) mod intern;
+pub(crate) mod port;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 /// The ports of `import` that `service` defines identically (same name, port
 /// and protocol). Shares `service` when it backs all of its own ports.
-pub fn backed_ports(
+pub(crate) fn backed_ports(
     import: &Arc<[ServicePort]>,
     service: &Arc<[ServicePort]>,
 ) -> Arc<[ServicePort]> {
@@ -51,7 +51,7 @@ pub fn backed_ports(
 }
 
 /// Whether a cluster whose backed ports are `backed` serves the import's `port`.
-pub fn backs(backed: &[ServicePort], port: &ServicePort) -> bool {
+pub(crate) fn backs(backed: &[ServicePort], port: &ServicePort) -> bool {
     backed.iter().any(|b| same_port(b, port))
 }
 
@@ -63,7 +63,7 @@ fn same_port(a: &ServicePort, b: &ServicePort) -> bool {
 
 /// Whether an EndpointSlice port named `name` belongs to one of `ports`
 /// (slices name their ports after the Service's; an unnamed port is `""`).
-pub fn names_backed_port(ports: &[ServicePort], name: Option<&str>) -> bool {
+pub(crate) fn names_backed_port(ports: &[ServicePort], name: Option<&str>) -> bool {
     let name = name.unwrap_or_default();
     ports
         .iter()

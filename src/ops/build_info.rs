@@ -4,13 +4,13 @@
 use prometheus::{IntGaugeVec, Opts, Registry};
 
 /// The crate version.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The short git revision built, or "unknown" outside a git checkout.
-pub const REVISION: &str = env!("CLUSTERSET_DNS_REVISION");
+pub(crate) const REVISION: &str = env!("CLUSTERSET_DNS_REVISION");
 
 /// Registers `clusterset_dns_build_info{version,revision} 1`, the usual
 /// Prometheus idiom for joining a build's identity onto other series.
-pub fn register(registry: &Registry) {
+pub(crate) fn register(registry: &Registry) {
     let gauge = IntGaugeVec::new(
         Opts::new(
             "clusterset_dns_build_info",

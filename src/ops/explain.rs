@@ -8,10 +8,10 @@ use crate::explain::shared::Published;
 use crate::index::Index;
 
 /// A reply: its status, content type and body.
-pub type Reply = (StatusCode, &'static str, String);
+pub(crate) type Reply = (StatusCode, &'static str, String);
 
 /// The response to one request with query string `query`.
-pub fn reply(query: Option<&str>, published: &Published, index: &Index) -> Reply {
+pub(crate) fn reply(query: Option<&str>, published: &Published, index: &Index) -> Reply {
     let (mut name, mut rtype, mut text) = (None, None, false);
     for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match key.as_ref() {

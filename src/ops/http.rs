@@ -45,7 +45,7 @@ const MAX_HEADERS: usize = 32;
 
 /// The listener's limits, and whether `/debug/explain` is served.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Most open connections, in total and per client address.
     pub caps: Caps,
     /// A connection waiting for a request gets this long to send its whole
@@ -58,7 +58,7 @@ pub struct Settings {
 }
 
 /// What the endpoints report on.
-pub struct Health {
+pub(crate) struct Health {
     /// The served index (its first sync gates readiness).
     pub index: Arc<Index>,
     /// Every metric.
@@ -71,7 +71,7 @@ pub struct Health {
 
 impl Health {
     /// Whether the server should receive traffic, and why not.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         if !self.index.is_synced() {
             return Err("first sync not done".into());
         }
@@ -88,7 +88,7 @@ impl Health {
 
 /// Serves the endpoints on `listener` within `settings` until the task is
 /// dropped; accept errors do not end it (see `plumbing::listen::accept`).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     health: Arc<Health>,
     settings: Settings,

@@ -28,7 +28,7 @@ use crate::plumbing::log_limit::LogLimit;
 
 /// At most one log line per listener per this period about accept errors
 /// (the metric counts every one).
-pub const LOG_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const LOG_PERIOD: Duration = Duration::from_secs(10);
 /// The first pause after an accept error that says the process lacks
 /// descriptors or memory; it doubles while such errors follow each other.
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -50,7 +50,7 @@ pub struct Caps {
 
 /// Which cap refused a connection (the metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// [`Caps::total`].
     Total,
     /// [`Caps::per_client`].
@@ -59,7 +59,7 @@ pub enum Refused {
 
 impl Refused {
     /// The metric label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Total => "total",
             Self::Client => "client",
@@ -69,7 +69,7 @@ impl Refused {
 
 /// Counts open connections against the caps.
 #[derive(Debug)]
-pub struct Connections {
+pub(crate) struct Connections {
     caps: Caps,
     open: Mutex<Open>,
 }
@@ -82,14 +82,14 @@ struct Open {
 
 /// One admitted connection; dropping it frees its place.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     connections: Arc<Connections>,
     client: IpAddr,
 }
 
 impl Connections {
     /// No connection open yet.
-    pub fn new(caps: Caps) -> Arc<Self> {
+    pub(crate) fn new(caps: Caps) -> Arc<Self> {
         Arc::new(Self {
             caps,
             open: Mutex::default(),
@@ -97,7 +97,7 @@ impl Connections {
     }
 
     /// A place for a new connection from `client`, unless a cap is reached.
-    pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Slot, Refused> {
+    pub(crate) fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Slot, Refused> {
         let mut open = self.lock();
         if open.total >= self.caps.total {
             return Err(Refused::Total);
@@ -145,7 +145,7 @@ pub struct ListenerMetrics {
 
 /// What an accept error says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AcceptError {
+pub(crate) enum AcceptError {
     /// The process or the system is out of descriptors or memory (`EMFILE`,
     /// `ENFILE`, `ENOBUFS`, `ENOMEM`): the loop pauses before trying again.
     Resources,
@@ -158,7 +158,7 @@ pub enum AcceptError {
 
 impl AcceptError {
     /// The class of `error`.
-    pub fn of(error: &io::Error) -> Self {
+    pub(crate) fn of(error: &io::Error) -> Self {
         let errno = error.raw_os_error().map(Errno::from_raw);
         match errno {
             Some(Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM) => {
@@ -190,7 +190,7 @@ impl AcceptError {
     }
 
     /// The metric label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Resources => "resources",
             Self::Connection => "connection",
@@ -201,7 +201,7 @@ impl AcceptError {
 
 /// Where connections come from: a [`TcpListener`], or in tests one that
 /// fails on demand.
-pub trait Incoming: Send + 'static {
+pub(crate) trait Incoming: Send + 'static {
     /// The next connection, as [`TcpListener::poll_accept`].
     fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(TcpStream, SocketAddr)>>;
 }
@@ -220,7 +220,7 @@ impl Incoming for TcpListener {
 /// doubling up to 1 s while they follow each other, so the loop neither
 /// spins nor gives up. On `shutdown` it stops accepting and waits for the
 /// connections' tasks.
-pub async fn accept<T>(
+pub(crate) async fn accept<T>(
     incoming: impl Incoming,
     name: &'static str,
     connections: &Arc<Connections>,
@@ -284,7 +284,7 @@ pub async fn accept<T>(
 
 /// The open-file limit before and after [`fit_open_files`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// The soft limit the process started with.
     pub soft_before: u64,
     /// The soft limit now (the hard one, when raising it worked).
@@ -297,7 +297,7 @@ pub struct OpenFiles {
 /// `listeners` (named for the log), scaled alike, until their totals fit in
 /// the limit less the process's own files (`other_files` more, such as the
 /// UDP sockets): so a flood meets a cap, never `EMFILE`. Logs what was set.
-pub fn fit_open_files(listeners: &mut [(&str, &mut Caps)], other_files: u64) -> OpenFiles {
+pub(crate) fn fit_open_files(listeners: &mut [(&str, &mut Caps)], other_files: u64) -> OpenFiles {
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return OpenFiles {
             soft_before: u64::MAX,

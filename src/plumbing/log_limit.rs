@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// Allows one line per period; the rest are dropped.
-pub struct LogLimit {
+pub(crate) struct LogLimit {
     period: Duration,
     /// Milliseconds since [`EPOCH`] from which the next line is allowed, + 1
     /// (0: no line yet).
@@ -18,7 +18,7 @@ pub struct LogLimit {
 
 impl LogLimit {
     /// A limit of one line per `period`.
-    pub const fn new(period: Duration) -> Self {
+    pub(crate) const fn new(period: Duration) -> Self {
         Self {
             period,
             next: AtomicU64::new(0),
@@ -26,7 +26,7 @@ impl LogLimit {
     }
 
     /// Whether a line may be written now (at most one caller per period gets true).
-    pub fn allow(&self) -> bool {
+    pub(crate) fn allow(&self) -> bool {
         let now = u64::try_from(EPOCH.elapsed().as_millis()).unwrap_or(u64::MAX);
         let next = self.next.load(Ordering::Relaxed);
         if next != 0 && now + 1 < next {

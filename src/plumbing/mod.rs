@@ -4,6 +4,6 @@
 //! can cause (`log_limit.rs`), and the helpers every metric is made with
 //! (`metrics.rs`). Knows neither DNS nor HTTP.
 
-pub mod listen;
-pub mod log_limit;
-pub mod metrics;
+pub(crate) mod listen;
+pub(crate) mod log_limit;
+pub(crate) mod metrics;

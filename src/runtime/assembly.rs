@@ -187,7 +187,7 @@ pub fn tcp_limits(args: &TcpArgs) -> TcpLimits {
 }
 
 /// The engine settings the clusterset flags describe.
-fn engine_settings(clusterset: &ClustersetArgs) -> EngineSettings {
+pub fn engine_settings(clusterset: &ClustersetArgs) -> EngineSettings {
     EngineSettings {
         local_families: clusterset.ip_families.clone(),
         pools: VipPools {

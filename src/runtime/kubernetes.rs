@@ -89,7 +89,7 @@ struct Controller {
 /// Follows the local cluster and the broker (`source`) until `shutdown`,
 /// feeding the pipeline built from `settings`, and writes while this replica leads; releases the
 /// Lease on the way out.
-pub async fn follow(
+pub(crate) async fn follow(
     settings: PipelineSettings,
     source: Kubernetes,
     args: KubernetesArgs,

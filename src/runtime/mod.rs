@@ -3,7 +3,7 @@
 //! of Kubernetes mode.
 
 pub mod assembly;
-pub mod kubernetes;
-pub mod pipeline;
+pub(crate) mod kubernetes;
+pub(crate) mod pipeline;
 pub mod serve;
-pub mod vip_state;
+pub(crate) mod vip_state;

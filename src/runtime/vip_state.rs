@@ -35,7 +35,7 @@ impl Serialize for Entries<'_> {
 }
 
 /// Reads saved allocations; a missing file means none.
-pub fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
+pub(crate) fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -51,7 +51,7 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<(ServiceKey, IpAddr)>> {
 }
 
 /// Writes allocations atomically (temporary file, then rename).
-pub fn save(path: &Path, allocations: &[(ServiceKey, IpAddr)]) -> anyhow::Result<()> {
+pub(crate) fn save(path: &Path, allocations: &[(ServiceKey, IpAddr)]) -> anyhow::Result<()> {
     let state = StateFile {
         vips: Entries(allocations),
     };

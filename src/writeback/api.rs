@@ -7,14 +7,14 @@ use kube::{Api, Resource};
 use serde::{Deserialize, Serialize};
 
 /// Whether an API error carries this HTTP status code.
-pub fn is_code(error: &kube::Error, code: u16) -> bool {
+pub(crate) fn is_code(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 /// Whether an API server refused a write because the object's namespace is
 /// being deleted (403, cause `NamespaceTerminating`): the namespace watch
 /// retracts its services next, so this is no refusal to report.
-pub fn is_namespace_terminating(error: &kube::Error) -> bool {
+pub(crate) fn is_namespace_terminating(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 403
     && status.details.as_ref().is_some_and(|d| {
         d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
@@ -23,12 +23,12 @@ pub fn is_namespace_terminating(error: &kube::Error) -> bool {
 
 /// Delete parameters that only delete the version of the object that was
 /// read (`409 Conflict` when someone changed or replaced it meanwhile).
-pub fn delete_if_unchanged(meta: &ObjectMeta) -> DeleteParams {
+pub(crate) fn delete_if_unchanged(meta: &ObjectMeta) -> DeleteParams {
     delete_if_at(meta.resource_version.clone(), meta.uid.clone())
 }
 
 /// [`delete_if_unchanged`] given the `resourceVersion` and `uid` read.
-pub fn delete_if_at(resource_version: Option<String>, uid: Option<String>) -> DeleteParams {
+pub(crate) fn delete_if_at(resource_version: Option<String>, uid: Option<String>) -> DeleteParams {
     DeleteParams {
         preconditions: Some(Preconditions {
             resource_version,
@@ -39,7 +39,7 @@ pub fn delete_if_at(resource_version: Option<String>, uid: Option<String>) -> De
 }
 
 /// A write's outcome: done (true), lost to another writer (false), or failed.
-pub fn conflict_is_false<T>(result: Result<T, kube::Error>) -> Result<bool, kube::Error> {
+pub(crate) fn conflict_is_false<T>(result: Result<T, kube::Error>) -> Result<bool, kube::Error> {
     match result {
         Ok(_) => Ok(true),
         Err(e) if is_code(&e, 409) => Ok(false),
@@ -62,7 +62,7 @@ struct AnswerMeta {
 }
 
 /// `Api::create`, reading only the `uid` of the created object.
-pub async fn create<K: Resource + Clone + Serialize>(
+pub(crate) async fn create<K: Resource + Clone + Serialize>(
     api: &Api<K>,
     object: &K,
 ) -> Result<Option<String>, kube::Error> {
@@ -74,7 +74,7 @@ pub async fn create<K: Resource + Clone + Serialize>(
 }
 
 /// `Api::replace`, reading only the `uid` of the replaced object.
-pub async fn replace<K: Resource + Clone + Serialize>(
+pub(crate) async fn replace<K: Resource + Clone + Serialize>(
     api: &Api<K>,
     name: &str,
     object: &K,

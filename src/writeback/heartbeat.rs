@@ -27,15 +27,15 @@ use crate::k8s::records::{LABEL_MANAGED_BY, LABEL_ROLE, MANAGER};
 use crate::model::{Change, ClusterId};
 
 /// Selects the heartbeat Leases on the broker.
-pub const SELECTOR: &str = "clusterset-dns.io/role=heartbeat";
+pub(crate) const SELECTOR: &str = "clusterset-dns.io/role=heartbeat";
 
 /// Name of a cluster's heartbeat Lease.
-pub fn lease_name(cluster: &str) -> String {
+pub(crate) fn lease_name(cluster: &str) -> String {
     format!("heartbeat.{cluster}")
 }
 
 /// Renews this cluster's heartbeat (by the leader only).
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     api: Api<Lease>,
     cluster: ClusterId,
     timeout: Duration,
@@ -43,7 +43,12 @@ pub struct Heartbeat {
 
 impl Heartbeat {
     /// The heartbeat of `cluster` in `namespace` of the broker.
-    pub fn new(broker: Client, namespace: &str, cluster: ClusterId, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        broker: Client,
+        namespace: &str,
+        cluster: ClusterId,
+        timeout: Duration,
+    ) -> Self {
         Self {
             api: Api::namespaced(broker, namespace),
             cluster,
@@ -53,13 +58,13 @@ impl Heartbeat {
 
     /// How often to renew: four times per timeout, so one lost renewal
     /// never makes a cluster look dead.
-    pub fn period(&self) -> Duration {
+    pub(crate) fn period(&self) -> Duration {
         self.timeout / 4
     }
 
     /// One renewal: creates the Lease, or moves its `renewTime` on (a value
     /// the others only compare for change). False: another writer came first.
-    pub async fn renew(&self) -> Result<bool, kube::Error> {
+    pub(crate) async fn renew(&self) -> Result<bool, kube::Error> {
         let name = lease_name(&self.cluster);
         let spec = LeaseSpec {
             holder_identity: Some(self.cluster.to_string()),
@@ -93,7 +98,7 @@ impl Heartbeat {
 }
 
 /// Every other cluster's heartbeat as this replica saw it, and the verdicts.
-pub struct Liveness {
+pub(crate) struct Liveness {
     me: ClusterId,
     timeout: Duration,
     seen: HashMap<ClusterId, Observed<Option<LeaseSpec>>>,
@@ -104,7 +109,7 @@ pub struct Liveness {
 
 impl Liveness {
     /// Verdicts on the clusters other than `me`, dead after `timeout` without a change.
-    pub fn new(me: ClusterId, timeout: Duration) -> Self {
+    pub(crate) fn new(me: ClusterId, timeout: Duration) -> Self {
         Self {
             me,
             timeout,
@@ -116,7 +121,7 @@ impl Liveness {
     }
 
     /// Takes in one event of the heartbeat watch, seen at `now`.
-    pub fn on_event(&mut self, event: &Event<Lease>, now: Instant) {
+    pub(crate) fn on_event(&mut self, event: &Event<Lease>, now: Instant) {
         match event {
             Event::Apply(lease) | Event::InitApply(lease) => {
                 let Some(cluster) = self.cluster_of(lease) else {
@@ -161,7 +166,7 @@ impl Liveness {
     }
 
     /// The verdicts that changed at `now`, as changes for the engine.
-    pub fn judge(&mut self, now: Instant) -> Vec<Change> {
+    pub(crate) fn judge(&mut self, now: Instant) -> Vec<Change> {
         let stale = |seen: &Observed<_>| seen.unchanged_for(now) >= self.timeout;
         let blind = self.mine.as_ref().is_none_or(stale);
         let dead: BTreeSet<ClusterId> = self
@@ -183,7 +188,7 @@ impl Liveness {
     }
 
     /// Every other cluster with a heartbeat, and whether it is live.
-    pub fn verdicts(&self) -> impl Iterator<Item = (&ClusterId, bool)> {
+    pub(crate) fn verdicts(&self) -> impl Iterator<Item = (&ClusterId, bool)> {
         self.seen.keys().map(|c| (c, !self.dead.contains(c)))
     }
 }

@@ -3,13 +3,13 @@
 //! claims on the broker), and keeps the leader Lease and the cluster's
 //! heartbeat.
 
-pub mod api;
-pub mod heartbeat;
+pub(crate) mod api;
+pub(crate) mod heartbeat;
 pub mod lease;
-pub mod observed;
-pub mod queue;
-pub mod seen;
-pub mod slices;
-pub mod version;
+pub(crate) mod observed;
+pub(crate) mod queue;
+pub(crate) mod seen;
+pub(crate) mod slices;
+pub(crate) mod version;
 pub mod vip_claims;
-pub mod writer;
+pub(crate) mod writer;

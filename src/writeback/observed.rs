@@ -9,26 +9,26 @@ use tokio::time::Instant;
 
 /// The last version of a record seen, and when it was first seen.
 #[derive(Debug)]
-pub struct Observed<T> {
+pub(crate) struct Observed<T> {
     record: T,
     since: Instant,
 }
 
 impl<T: PartialEq> Observed<T> {
     /// `record`, first seen at `now`.
-    pub fn new(record: T, now: Instant) -> Self {
+    pub(crate) fn new(record: T, now: Instant) -> Self {
         Self { record, since: now }
     }
 
     /// Notes the record as read at `now`; the clock restarts only if it changed.
-    pub fn update(&mut self, record: T, now: Instant) {
+    pub(crate) fn update(&mut self, record: T, now: Instant) {
         if record != self.record {
             *self = Self::new(record, now);
         }
     }
 
     /// How long the record has stayed the same, at `now`.
-    pub fn unchanged_for(&self, now: Instant) -> Duration {
+    pub(crate) fn unchanged_for(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.since)
     }
 }

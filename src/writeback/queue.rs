@@ -25,7 +25,7 @@ use crate::model::{Hasher, ServiceKey};
 
 /// Why a key is queued, most urgent first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Lane {
+pub(crate) enum Lane {
     /// This cluster's own objects changed: publish them to the broker first.
     Publish,
     /// Something changed.
@@ -100,7 +100,7 @@ impl State {
 }
 
 /// Services waiting to be written.
-pub struct WorkQueue {
+pub(crate) struct WorkQueue {
     state: Mutex<State>,
     ready: Notify,
     backoff: Backoff,
@@ -108,7 +108,7 @@ pub struct WorkQueue {
 
 impl WorkQueue {
     /// An empty queue whose failed keys come back after `backoff`.
-    pub fn new(backoff: Backoff) -> Self {
+    pub(crate) fn new(backoff: Backoff) -> Self {
         Self {
             state: Mutex::default(),
             ready: Notify::new(),
@@ -117,18 +117,18 @@ impl WorkQueue {
     }
 
     /// Queues `key`, something changed for it.
-    pub fn add(&self, key: ServiceKey) {
+    pub(crate) fn add(&self, key: ServiceKey) {
         self.add_in(key, Lane::Changed);
     }
 
     /// Queues `key` for a resync, after every changed key.
-    pub fn add_later(&self, key: ServiceKey) {
+    pub(crate) fn add_later(&self, key: ServiceKey) {
         self.add_in(key, Lane::Resync);
     }
 
     /// Queues `key` in `lane`, unless it waits in a lane as urgent already
     /// (a key waiting in a later lane moves ahead).
-    pub fn add_in(&self, key: ServiceKey, lane: Lane) {
+    pub(crate) fn add_in(&self, key: ServiceKey, lane: Lane) {
         if self.lock().enqueue(key, lane) {
             self.ready.notify_one();
         }
@@ -137,7 +137,7 @@ impl WorkQueue {
     /// Waits for a key no other worker holds, with the lane it waited in;
     /// hand it back with [`Self::done`]. Keys whose delay ends meanwhile
     /// count as changed.
-    pub async fn next(&self) -> (ServiceKey, Lane) {
+    pub(crate) async fn next(&self) -> (ServiceKey, Lane) {
         loop {
             let notified = self.ready.notified();
             let wake = {
@@ -165,7 +165,7 @@ impl WorkQueue {
     }
 
     /// Ends a worker's turn with `key`; queues it again if it changed meanwhile.
-    pub fn done(&self, key: &ServiceKey) {
+    pub(crate) fn done(&self, key: &ServiceKey) {
         let mut state = self.lock();
         state.running.remove(key);
         if let Some(lane) = state.again.remove(key) {
@@ -176,7 +176,7 @@ impl WorkQueue {
 
     /// Queues `key` again after `delay`; a key already waiting keeps the
     /// earlier of its two deadlines, as client-go's `AddAfter` does.
-    pub fn add_after(&self, key: ServiceKey, delay: Duration) {
+    pub(crate) fn add_after(&self, key: ServiceKey, delay: Duration) {
         let at = Instant::now() + delay;
         let mut state = self.lock();
         if let Some(&kept) = state.deadlines.get(&key) {
@@ -194,7 +194,7 @@ impl WorkQueue {
 
     /// Counts one more failure in a row for `key` and queues it again after
     /// the backoff for that many; returns the wait.
-    pub fn add_rate_limited(&self, key: ServiceKey) -> Duration {
+    pub(crate) fn add_rate_limited(&self, key: ServiceKey) -> Duration {
         let failed = {
             let mut state = self.lock();
             let n = state.failures.entry(key.clone()).or_default();
@@ -207,7 +207,7 @@ impl WorkQueue {
     }
 
     /// `key` was written: its next failure waits the shortest time again.
-    pub fn forget(&self, key: &ServiceKey) {
+    pub(crate) fn forget(&self, key: &ServiceKey) {
         self.lock().failures.remove(key);
     }
 

@@ -28,7 +28,7 @@ pub struct Seen<X> {
 }
 
 /// The extract of an object to keep (`None`: not kept).
-pub type Extract<K, X> = Box<dyn Fn(&K) -> Option<X> + Send + Sync>;
+pub(crate) type Extract<K, X> = Box<dyn Fn(&K) -> Option<X> + Send + Sync>;
 
 /// What one watch's objects are to a [`SeenStore`]: whether and how one is
 /// kept, and the service it belongs to.
@@ -109,7 +109,7 @@ pub struct SeenStore<K, X> {
 
 /// A watch event's effect on a store, for a watch that feeds one without
 /// knowing its extract type.
-pub trait Follow<K>: Send + Sync {
+pub(crate) trait Follow<K>: Send + Sync {
     /// Follows one event; returns the services of kept objects it changed.
     /// A relist (after a watch expired, say) returns only the services whose
     /// objects it found new, changed or gone, not every listed one.

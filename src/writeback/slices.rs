@@ -26,7 +26,7 @@ use crate::model::{
 /// Service's ClusterIP (one slice per family, with the Service's ports) when
 /// a ClusterIP Service does not publish pod IPs, else its non-empty
 /// EndpointSlices. `pod_ips` is the global default of the pod-IP switch.
-pub fn published(
+pub(crate) fn published(
     export: &ExportInfo,
     service: &ServiceInfo,
     inputs: &ClusterInputs,
@@ -65,7 +65,7 @@ pub fn published(
 /// clusters (`bench/README.md`, "Kubernetes mode across clusters"): the
 /// writer compares [`Plan::recipe`] with the one the kept slice was last
 /// found equal to ([`Matched`]) and builds only where they differ.
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     /// The slice's name.
     pub name: String,
     key: &'a ServiceKey,
@@ -81,13 +81,13 @@ pub struct Plan<'a> {
 impl Plan<'_> {
     /// A fingerprint of everything the slice is built from: equal recipes
     /// build equal slices.
-    pub fn recipe(&self) -> u64 {
+    pub(crate) fn recipe(&self) -> u64 {
         let owner = self.owner.map(|o| (&o.uid, &o.name));
         fingerprint(&(self.key, self.cluster, self.source, &*self.slice, owner))
     }
 
     /// The slice.
-    pub fn build(&self) -> EndpointSlice {
+    pub(crate) fn build(&self) -> EndpointSlice {
         let (key, cluster) = (self.key, self.cluster);
         let name = self.name.clone();
         match self.owner {
@@ -111,23 +111,23 @@ impl Plan<'_> {
 /// the slice's version in the writer's store, so a new version (someone
 /// else's edit included) starts unmatched and is compared in full.
 #[derive(Debug, Default)]
-pub struct Matched(AtomicU64);
+pub(crate) struct Matched(AtomicU64);
 
 impl Matched {
     /// Whether the kept slice was found equal to what `recipe` builds.
-    pub fn is(&self, recipe: u64) -> bool {
+    pub(crate) fn is(&self, recipe: u64) -> bool {
         recipe != 0 && self.0.load(Ordering::Relaxed) == recipe
     }
 
     /// Notes that the kept slice is what `recipe` builds.
-    pub fn set(&self, recipe: u64) {
+    pub(crate) fn set(&self, recipe: u64) {
         self.0.store(recipe, Ordering::Relaxed);
     }
 }
 
 /// The broker slices of this cluster's export of `key` from its
 /// [`published`] slices.
-pub fn broker_plans<'a>(
+pub(crate) fn broker_plans<'a>(
     key: &'a ServiceKey,
     cluster: &'a str,
     published: &'a [(String, Arc<SliceInfo>)],
@@ -147,7 +147,7 @@ pub fn broker_plans<'a>(
 /// cluster backs (KEP-1645 "Service Port": a data plane maps the import's
 /// ports to endpoint ports by name, so a port defined differently must not
 /// appear), owned by the local ServiceImport so they go when it goes.
-pub fn member_plans<'a>(
+pub(crate) fn member_plans<'a>(
     key: &'a ServiceKey,
     cluster: &'a ImportCluster,
     sources: impl IntoIterator<Item = (&'a str, &'a Arc<SliceInfo>)> + 'a,
@@ -188,12 +188,12 @@ pub fn member_plans<'a>(
 /// (or every exporting cluster is dead): the slices are then absent because
 /// there is nothing to route to, and a consumer that fell back to the
 /// import's VIPs or reported "no EndpointSlices synced" would be wrong.
-pub const ENDPOINT_SLICE_OBJECTS: EndpointSliceObjects = EndpointSliceObjects::Present;
+pub(crate) const ENDPOINT_SLICE_OBJECTS: EndpointSliceObjects = EndpointSliceObjects::Present;
 
 /// The owner reference of the member's ServiceImport of `key`, whose `uid`
 /// is given, at the `version` the local cluster serves it at (the garbage
 /// collector finds the owner through that version).
-pub fn import_owner(version: McsVersion, key: &ServiceKey, uid: String) -> OwnerReference {
+pub(crate) fn import_owner(version: McsVersion, key: &ServiceKey, uid: String) -> OwnerReference {
     OwnerReference {
         api_version: ServiceImport::api_version(&version).into_owned(),
         kind: ServiceImport::kind(&version).into_owned(),

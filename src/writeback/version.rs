@@ -48,7 +48,7 @@ impl Owned for ServiceExport {
 }
 
 /// The digest of a ServiceExport whose status has these conditions.
-pub fn conditions_digest(conditions: &[K8sCondition]) -> u64 {
+pub(crate) fn conditions_digest(conditions: &[K8sCondition]) -> u64 {
     digest(&conditions)
 }
 
@@ -68,7 +68,7 @@ impl Owned for EndpointSlice {
 
 /// The digest of a ServiceImport status, to compare a new one with one
 /// written before.
-pub fn status_digest(status: &ServiceImportStatus) -> u64 {
+pub(crate) fn status_digest(status: &ServiceImportStatus) -> u64 {
     digest(status)
 }
 
@@ -97,7 +97,7 @@ fn digest(value: &impl Serialize) -> u64 {
 
 /// A hash of what an object is built from, stable within the process: far
 /// cheaper than building the object and taking its [`Owned::owned_digest`].
-pub fn fingerprint(value: &impl Hash) -> u64 {
+pub(crate) fn fingerprint(value: &impl Hash) -> u64 {
     SEED.hash_one(value)
 }
 
@@ -149,7 +149,7 @@ impl Version {
 /// where a string would take 16 and a 36-byte allocation. Any other text is
 /// kept as it is, so [`Token::text`] always gives back what was read.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Token {
+pub(crate) enum Token {
     Uuid(Uuid),
     Number(u64),
     Text(Box<str>),
@@ -158,7 +158,7 @@ pub enum Token {
 impl Token {
     /// Read once per watch event of a kept object: compares spellings
     /// without allocating.
-    pub fn new(text: &str) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         let mut spelled = [0; uuid::fmt::Hyphenated::LENGTH];
         if let Ok(uuid) = Uuid::try_parse(text)
             && uuid.hyphenated().encode_lower(&mut spelled) == text
@@ -174,7 +174,7 @@ impl Token {
     }
 
     /// The text as read.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self {
             Token::Uuid(uuid) => uuid.hyphenated().to_string(),
             Token::Number(n) => n.to_string(),

@@ -55,7 +55,7 @@ const UNLISTED_WAIT: Duration = Duration::from_millis(200);
 
 /// What the writer compares against, kept from watches (see [`super::seen`]).
 #[derive(Clone)]
-pub struct Caches {
+pub(crate) struct Caches {
     /// This cluster's export records and every VIP record on the broker,
     /// with the VIPs a VIP record lists.
     pub broker_records: Arc<SeenStore<ServiceImport, Vec<IpAddr>>>,
@@ -80,7 +80,7 @@ pub struct Caches {
 /// status, with its cluster list and conditions, was the largest part of
 /// the writer's stores: `bench/README.md`).
 #[derive(Debug)]
-pub struct WrittenImport {
+pub(crate) struct WrittenImport {
     /// Its `metadata.uid` (the owner of its EndpointSlices).
     pub uid: Option<Token>,
     /// Its VIPs (kept when the broker loses its records).
@@ -116,7 +116,7 @@ impl WrittenImport {
 
 impl Caches {
     /// Empty caches of what `cluster` writes; `namespaces` is fed elsewhere.
-    pub fn new(cluster: ClusterId, namespaces: Store<Namespace>) -> Self {
+    pub(crate) fn new(cluster: ClusterId, namespaces: Store<Namespace>) -> Self {
         let mine = cluster.clone();
         Self {
             broker_records: Arc::new(SeenStore::new(Keep {
@@ -181,7 +181,7 @@ fn named(meta: &ObjectMeta) -> Option<ServiceKey> {
 /// type, status and transition time (its reason and message count only in
 /// the digest). Kept for every export of the cluster, so it holds no strings.
 #[derive(Debug)]
-pub struct Transition {
+pub(crate) struct Transition {
     type_: &'static str,
     status: &'static str,
     at: Time,
@@ -202,7 +202,7 @@ impl Transition {
 
 /// Settings of the writer.
 #[derive(Clone)]
-pub struct WriterSettings {
+pub(crate) struct WriterSettings {
     /// This cluster's id.
     pub cluster: ClusterId,
     /// The broker namespace.
@@ -214,7 +214,7 @@ pub struct WriterSettings {
 }
 
 /// Writes services to the local cluster and the broker.
-pub struct Writer {
+pub(crate) struct Writer {
     settings: WriterSettings,
     local: Client,
     broker: Client,
@@ -243,7 +243,7 @@ struct Snapshot {
 
 /// Why a service could not be written (it is queued again).
 #[derive(Debug, thiserror::Error)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// An API server failed or refused.
     #[error(transparent)]
     Api(#[from] kube::Error),
@@ -258,14 +258,14 @@ pub enum WriteError {
 
 impl WriteError {
     /// Whether the write was refused because its namespace is being deleted.
-    pub fn namespace_terminating(&self) -> bool {
+    pub(crate) fn namespace_terminating(&self) -> bool {
         matches!(self, Self::Api(e) if api::is_namespace_terminating(e))
     }
 }
 
 impl Writer {
     /// A writer over the given clients, caches and engine.
-    pub fn new(
+    pub(crate) fn new(
         settings: WriterSettings,
         local: Client,
         broker: Client,
@@ -294,7 +294,7 @@ impl Writer {
     /// cluster's export record and slices, the VIPs) in line with the
     /// engine: the first part of [`Self::sync`], done ahead of it in a
     /// burst of changes (`queue::Lane::Publish`).
-    pub async fn publish(&self, key: &ServiceKey) -> Result<(), WriteError> {
+    pub(crate) async fn publish(&self, key: &ServiceKey) -> Result<(), WriteError> {
         self.publish_from(key, &self.snapshot(key)).await.map(drop)
     }
 
@@ -310,7 +310,7 @@ impl Writer {
     }
 
     /// Brings everything this cluster writes for `key` in line with the engine.
-    pub async fn sync(&self, key: &ServiceKey) -> Result<(), WriteError> {
+    pub(crate) async fn sync(&self, key: &ServiceKey) -> Result<(), WriteError> {
         let snapshot = self.snapshot(key);
         if self.publish_from(key, &snapshot).await? {
             // The engine learns the VIPs from the record's watch event, which

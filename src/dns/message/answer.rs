@@ -91,7 +91,7 @@ fn any_hinfo(name: &LowerName, index: &Index) -> Record {
 /// (RFC 5936 §4.2 for AXFR): IXFR of the zone gets the zone's SOA alone, which
 /// tells the client to ask again over TCP (RFC 1995 §2, §4); anything else
 /// NOTIMP, "the kind of query is not supported" (RFC 1035 §4.1.1).
-pub fn transfer_over_udp(index: &Index, name: &LowerName, rtype: RecordType) -> Answer {
+pub(crate) fn transfer_over_udp(index: &Index, name: &LowerName, rtype: RecordType) -> Answer {
     let soa = index.soa();
     if rtype == RecordType::IXFR && index.is_synced() && **name == soa.name {
         return Answer {

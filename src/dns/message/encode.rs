@@ -15,7 +15,7 @@ use hickory_proto::rr::{Name, Record, RecordData};
 use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 
 /// The sections of a response to encode.
-pub struct Sections<'a> {
+pub(crate) struct Sections<'a> {
     /// Header flags and RCODE (the extended RCODE bits go into the OPT).
     pub metadata: Metadata,
     /// The question to echo, re-encoded from its parsed form.
@@ -36,7 +36,7 @@ const QUESTION_POINTER: u16 = 0xC000 | 12;
 
 impl Sections<'_> {
     /// Encodes the message into at most `limit` bytes.
-    pub fn encode(&self, limit: u16) -> Result<Vec<u8>, ProtoError> {
+    pub(crate) fn encode(&self, limit: u16) -> Result<Vec<u8>, ProtoError> {
         let opt = self.opt()?;
         let mut bytes = Vec::with_capacity(512);
         let mut encoder = BinEncoder::new(&mut bytes);

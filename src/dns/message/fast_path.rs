@@ -52,7 +52,7 @@ pub fn respond(
 }
 
 /// [`respond`], looking in a worker's `recent` responses before the index's.
-pub fn answer(
+pub(crate) fn answer(
     index: &Index,
     recent: Option<&mut Recent>,
     packet: &[u8],

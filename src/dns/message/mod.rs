@@ -2,11 +2,11 @@
 //! truncation, OPT checks, rotation, and the UDP fast path with its cached
 //! responses.
 
-pub mod answer;
-pub mod encode;
-pub mod fast_path;
-pub mod opt_check;
-pub mod question;
-pub mod recent;
-pub mod response;
-pub mod rotate;
+pub(super) mod answer;
+pub(super) mod encode;
+pub(super) mod fast_path;
+pub(super) mod opt_check;
+pub(super) mod question;
+pub(super) mod recent;
+pub(super) mod response;
+pub(super) mod rotate;

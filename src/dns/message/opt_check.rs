@@ -6,7 +6,7 @@
 /// Whether the OPT record starting at `at` in `packet` (right after the
 /// question, no answer or authority records) has options cut short or
 /// running past its RDATA. False when there is no such OPT record.
-pub fn options_cut(packet: &[u8], at: usize) -> bool {
+pub(crate) fn options_cut(packet: &[u8], at: usize) -> bool {
     let plain = packet.get(6..10) == Some(&[0; 4]);
     let Some(fixed) = packet.get(at..at + 11) else {
         return false;

@@ -6,13 +6,13 @@
 use hickory_proto::rr::RecordType;
 
 /// Offset of the question (right after the 12-byte header).
-pub const START: usize = 12;
+pub(crate) const START: usize = 12;
 /// Longest name on the wire (RFC 1035 §3.1).
 const MAX_NAME: usize = 255;
 
 /// What is wrong with the question's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bad {
+pub(crate) enum Bad {
     /// A compression pointer or a label type other than a plain label.
     Pointer,
     /// Longer than 255 bytes, or cut short by the end of the packet.
@@ -20,7 +20,7 @@ pub enum Bad {
 }
 
 /// The offset just past the question's type and class in `packet`.
-pub fn end(packet: &[u8]) -> Result<usize, Bad> {
+pub(crate) fn end(packet: &[u8]) -> Result<usize, Bad> {
     let mut at = START;
     loop {
         let len = usize::from(*packet.get(at).ok_or(Bad::Length)?);

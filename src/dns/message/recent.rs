@@ -25,7 +25,7 @@ const MAX_QUESTION: usize = 255 + 4;
 /// What identifies a response: the question (name in any case, type,
 /// class), the client's size limit and its EDNS DO bit (None: no EDNS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Key {
+pub(crate) struct Key {
     hash: u64,
     limit: u16,
     edns: Option<bool>,
@@ -33,7 +33,7 @@ pub struct Key {
 
 /// A cached response as a worker serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     /// The encoded response (ID, RD, CD and question case still to patch).
     pub bytes: Arc<[u8]>,
     /// Whether our OPT record is still to be added.
@@ -44,7 +44,7 @@ pub struct Response {
 
 impl Response {
     /// This response, to send with rotation `turn`.
-    pub fn view(&self, turn: usize) -> View<'_> {
+    pub(crate) fn view(&self, turn: usize) -> View<'_> {
         View {
             bytes: &self.bytes,
             add_opt: self.add_opt,
@@ -56,7 +56,7 @@ impl Response {
 
 /// A response to send, borrowed, and the rotation to send it with.
 #[derive(Clone, Copy, Debug)]
-pub struct View<'a> {
+pub(crate) struct View<'a> {
     /// The encoded response.
     pub bytes: &'a [u8],
     /// Whether our OPT record is still to be added.
@@ -81,7 +81,7 @@ struct Slot {
 }
 
 /// Recently served responses of one worker thread.
-pub struct Recent {
+pub(crate) struct Recent {
     slots: Box<[Slot]>,
     hasher: RandomState,
 }
@@ -100,7 +100,7 @@ impl Recent {
     /// if it is longer than a question can be. Inlined into the fast path:
     /// out of line it costs instructions per query (`bench/instructions.sh`).
     #[inline]
-    pub fn key(&self, question: &[u8], limit: u16, edns: Option<bool>) -> Option<Key> {
+    pub(crate) fn key(&self, question: &[u8], limit: u16, edns: Option<bool>) -> Option<Key> {
         let mut lower = [0u8; MAX_QUESTION];
         let lower = lower.get_mut(..question.len())?;
         lower.copy_from_slice(question);
@@ -115,7 +115,7 @@ impl Recent {
     }
 
     /// Whether a response is stored for `key` while the index is at `version`.
-    pub fn has(&self, key: Key, version: u64) -> bool {
+    pub(crate) fn has(&self, key: Key, version: u64) -> bool {
         let slot = &self.slots[self.index(key)];
         slot.key == Some(key) && slot.version == version && slot.bytes.is_some()
     }
@@ -124,7 +124,7 @@ impl Recent {
     /// the slot's next rotation (each call takes one: a name asked again and
     /// again goes round all its records). Another question can share a
     /// hash: the caller compares the question.
-    pub fn get(&mut self, key: Key, version: u64) -> Option<View<'_>> {
+    pub(crate) fn get(&mut self, key: Key, version: u64) -> Option<View<'_>> {
         let at = self.index(key);
         let slot = &mut self.slots[at];
         if slot.key != Some(key) || slot.version != version {
@@ -143,7 +143,7 @@ impl Recent {
     /// Keeps `response`, taken from the index at `version` (read before it),
     /// its rotations starting at `turn` (varied, so that a slot filled again
     /// after each change of the index does not always start at one record).
-    pub fn put(&mut self, key: Key, version: u64, response: Response, turn: usize) {
+    pub(crate) fn put(&mut self, key: Key, version: u64, response: Response, turn: usize) {
         let at = self.index(key);
         // The low bits of the counter; truncation is the point.
         #[allow(clippy::cast_possible_truncation)]

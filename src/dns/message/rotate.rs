@@ -28,7 +28,7 @@ const TC: u8 = 0x02;
 static TURN: AtomicUsize = AtomicUsize::new(0);
 
 /// The next rotation from the process-wide counter.
-pub fn next_turn() -> usize {
+pub(crate) fn next_turn() -> usize {
     TURN.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -36,7 +36,7 @@ pub fn next_turn() -> usize {
 /// `bounds[0]` is where the answer starts, `bounds[i + 1]` where record `i`
 /// ends; the last bound is where the sections after the answer start.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     bounds: Box<[u16]>,
 }
 
@@ -46,7 +46,7 @@ impl Layout {
     /// SRV, no compression pointer from the answer on pointing into it, and
     /// nothing after the last record. None for anything else, a message that
     /// does not parse included.
-    pub fn of(message: &[u8]) -> Option<Self> {
+    pub(crate) fn of(message: &[u8]) -> Option<Self> {
         let count = |at: usize| u16::from_be_bytes([message[at], message[at + 1]]);
         if message.len() < HEADER {
             return None;
@@ -113,7 +113,7 @@ impl Layout {
     }
 
     /// How many records rotate.
-    pub fn records(&self) -> usize {
+    pub(crate) fn records(&self) -> usize {
         self.bounds.len() - 1
     }
 
@@ -128,7 +128,7 @@ impl Layout {
 /// ARCOUNT. If that comes to more than `limit` bytes, only the records from
 /// the first on (wrapping round) that fit with the header, question and
 /// `opt` are kept, TC is set and the sections after the answer are left out.
-pub fn write(
+pub(crate) fn write(
     message: &[u8],
     layout: &Layout,
     turn: usize,

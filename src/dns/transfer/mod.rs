@@ -1,4 +1,4 @@
 //! Zone transfer (AXFR/IXFR) and NOTIFY to secondaries.
 
 pub mod notify;
-pub mod zone;
+pub(super) mod zone;

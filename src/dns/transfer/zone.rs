@@ -54,7 +54,7 @@ fn is_transfer(packet: &[u8]) -> bool {
 /// The messages answering `packet` from `peer` if it asks for a zone
 /// transfer and decodes; None otherwise (answered as any other query). The
 /// zone is built on the blocking pool: a large one takes a while.
-pub async fn respond(
+pub(crate) async fn respond(
     index: &Arc<Index>,
     policy: &Arc<TransferPolicy>,
     packet: &[u8],

@@ -23,7 +23,7 @@ use crate::dns::metrics::DnsMetrics;
 const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The certificate files and the pair currently served.
-pub struct Certificates {
+pub(crate) struct Certificates {
     cert_file: PathBuf,
     key_file: PathBuf,
     provider: Arc<CryptoProvider>,
@@ -41,7 +41,7 @@ struct Contents {
 
 impl Certificates {
     /// Reads the pair; an error names the file at fault.
-    pub fn load(
+    pub(crate) fn load(
         cert_file: &Path,
         key_file: &Path,
         provider: Arc<CryptoProvider>,
@@ -61,7 +61,11 @@ impl Certificates {
     /// a changed pair once it is valid. A changed pair that is not (or files
     /// that cannot be read) is logged once and counted; the previous pair
     /// keeps serving.
-    pub async fn follow(self: Arc<Self>, metrics: Arc<DnsMetrics>, shutdown: CancellationToken) {
+    pub(crate) async fn follow(
+        self: Arc<Self>,
+        metrics: Arc<DnsMetrics>,
+        shutdown: CancellationToken,
+    ) {
         let mut seen = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).take();
         loop {
             tokio::select! {

@@ -2,9 +2,9 @@
 //! their limits and certificates (the accept loop they share is in
 //! `plumbing/listen.rs`).
 
-pub mod certificates;
-pub mod server;
-pub mod tcp;
-pub mod tcp_limits;
-pub mod tls;
-pub mod udp;
+pub(super) mod certificates;
+pub(super) mod server;
+pub(super) mod tcp;
+pub(super) mod tcp_limits;
+pub(super) mod tls;
+pub(super) mod udp;

@@ -28,7 +28,7 @@ use crate::index::Index;
 use crate::plumbing::listen::{self, Connections};
 
 /// What every connection shares.
-pub struct Shared {
+pub(crate) struct Shared {
     /// The zone's names.
     pub index: Arc<Index>,
     /// Query metrics of the `tcp` protocol.
@@ -45,7 +45,7 @@ pub struct Shared {
 
 /// Accepts connections (the shared loop of `listen`, named `tcp`) until
 /// `shutdown`, then waits for open connections to finish their current query.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
     let (connections, metrics) = (shared.connections.clone(), shared.metrics.listener.clone());
     listen::accept(
         listener,
@@ -64,7 +64,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancell
 /// Serves one connection (any byte stream carrying RFC 1035 §4.2.2 framing,
 /// TLS included: `encrypted`, the responses may be padded) until the client
 /// closes it, idles, stops reading, or the server shuts down.
-pub async fn connection<S>(
+pub(crate) async fn connection<S>(
     stream: S,
     peer: SocketAddr,
     shared: &Shared,

@@ -27,14 +27,14 @@ const MAX_REQUEST: usize = 4096;
 const POLL: Duration = Duration::from_millis(200);
 /// Lines about failures a sender can cause: at most one a minute.
 /// UDP worker threads; they stop when this is dropped.
-pub struct UdpWorkers {
+pub(crate) struct UdpWorkers {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl UdpWorkers {
     /// Starts one worker per socket.
-    pub fn start(
+    pub(crate) fn start(
         sockets: Vec<UdpSocket>,
         index: Arc<Index>,
         metrics: Arc<DnsMetrics>,

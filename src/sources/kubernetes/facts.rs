@@ -17,13 +17,13 @@ use tracing::warn;
 use crate::model::{Change, Hasher};
 
 /// Reads the facts of one object; an error names the object and says why.
-pub type Reader<K> = Box<dyn Fn(&K) -> Result<Vec<Change>, String> + Send + Sync>;
+pub(crate) type Reader<K> = Box<dyn Fn(&K) -> Result<Vec<Change>, String> + Send + Sync>;
 
 /// The facts of each object, by `namespace/name`.
 type Known = HashMap<Box<str>, Box<[Change]>, Hasher>;
 
 /// The facts known for each object of one watch.
-pub struct Facts<K> {
+pub(crate) struct Facts<K> {
     read: Reader<K>,
     known: Known,
     relist: Option<Known>,
@@ -31,7 +31,7 @@ pub struct Facts<K> {
 
 /// What one watcher event meant.
 #[derive(Debug, Default, PartialEq)]
-pub struct Delta {
+pub(crate) struct Delta {
     /// Facts retracted then asserted, in order.
     pub changes: Vec<Change>,
     /// Whether this event ended a (re)list: the watch is in sync.
@@ -40,7 +40,7 @@ pub struct Delta {
 
 impl<K: Resource> Facts<K> {
     /// A tracker reading objects with `read`.
-    pub fn new(read: Reader<K>) -> Self {
+    pub(crate) fn new(read: Reader<K>) -> Self {
         Self {
             read,
             known: Known::default(),
@@ -49,7 +49,7 @@ impl<K: Resource> Facts<K> {
     }
 
     /// The changes one watcher event makes.
-    pub fn on_event(&mut self, event: Event<K>) -> Delta {
+    pub(crate) fn on_event(&mut self, event: Event<K>) -> Delta {
         let mut delta = Delta::default();
         match event {
             Event::Apply(object) => {

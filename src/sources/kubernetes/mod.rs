@@ -3,7 +3,7 @@
 //! themselves with the batches they send the apply loop.
 
 pub mod client;
-pub mod facts;
-pub mod readers;
-pub mod served;
-pub mod watch;
+pub(crate) mod facts;
+pub(crate) mod readers;
+pub(crate) mod served;
+pub(crate) mod watch;

@@ -97,7 +97,7 @@ impl FactSources {
 }
 
 /// The local cluster's namespaces: one present unless it is being deleted.
-pub fn namespaces() -> Reader<Namespace> {
+pub(crate) fn namespaces() -> Reader<Namespace> {
     Box::new(|ns| {
         let present = ns.metadata.deletion_timestamp.is_none();
         Ok(present
@@ -108,7 +108,7 @@ pub fn namespaces() -> Reader<Namespace> {
 }
 
 /// The local cluster's Services.
-pub fn services(me: ClusterId) -> Reader<Service> {
+pub(crate) fn services(me: ClusterId) -> Reader<Service> {
     Box::new(move |svc| {
         let (key, object) = convert::service(svc).map_err(|e| e.to_string())?;
         Ok(vec![Change::Upsert(me.clone(), key, object)])
@@ -116,7 +116,7 @@ pub fn services(me: ClusterId) -> Reader<Service> {
 }
 
 /// The local cluster's ServiceExports.
-pub fn service_exports(me: ClusterId) -> Reader<ServiceExport> {
+pub(crate) fn service_exports(me: ClusterId) -> Reader<ServiceExport> {
     Box::new(move |export| {
         let observed = ExportAge { created: 0, seq: 0 };
         let (key, object) = convert::service_export(export, observed).map_err(|e| e.to_string())?;
@@ -125,7 +125,7 @@ pub fn service_exports(me: ClusterId) -> Reader<ServiceExport> {
 }
 
 /// The local cluster's own EndpointSlices (not those it imported).
-pub fn endpoint_slices(me: ClusterId) -> Reader<EndpointSlice> {
+pub(crate) fn endpoint_slices(me: ClusterId) -> Reader<EndpointSlice> {
     Box::new(move |slice| {
         if convert::is_imported_slice(slice) {
             return Ok(Vec::new());
@@ -137,7 +137,7 @@ pub fn endpoint_slices(me: ClusterId) -> Reader<EndpointSlice> {
 
 /// The broker's export records (other clusters' exports and Services) and
 /// VIP records.
-pub fn broker_records(me: ClusterId) -> Reader<ServiceImport> {
+pub(crate) fn broker_records(me: ClusterId) -> Reader<ServiceImport> {
     Box::new(move |record| match records::role(record) {
         Some(Role::Export) => {
             let (key, from, export, service) =
@@ -164,7 +164,7 @@ pub fn broker_records(me: ClusterId) -> Reader<ServiceImport> {
 }
 
 /// The broker's EndpointSlices of the other clusters.
-pub fn broker_slices(me: ClusterId) -> Reader<EndpointSlice> {
+pub(crate) fn broker_slices(me: ClusterId) -> Reader<EndpointSlice> {
     Box::new(move |slice| {
         if source_cluster(slice) == Some(&*me) {
             return Ok(Vec::new());

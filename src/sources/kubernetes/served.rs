@@ -78,7 +78,7 @@ impl<K: Resource + Clone + 'static> Place<K> {
 /// The resource as a CRD names it, with the version read:
 /// `serviceexports.multicluster.x-k8s.io/v1alpha1`, or `services/v1` for a
 /// built-in kind of the core group.
-pub fn resource_name<K: Resource>(dt: &K::DynamicType) -> String {
+pub(crate) fn resource_name<K: Resource>(dt: &K::DynamicType) -> String {
     let (plural, group, version) = (K::plural(dt), K::group(dt), K::version(dt));
     if group.is_empty() {
         format!("{plural}/{version}")
@@ -89,13 +89,13 @@ pub fn resource_name<K: Resource>(dt: &K::DynamicType) -> String {
 
 /// Whether a request failed because its resource is not served (404 on a
 /// collection: the CRD is missing or does not serve that version).
-pub fn is_not_served(error: &kube::Error) -> bool {
+pub(crate) fn is_not_served(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
 /// What a failed request of `resource` (see [`resource_name`]) tells an
 /// operator: which CRD and version when it was not served.
-pub fn why(resource: &str, error: &kube::Error) -> String {
+pub(crate) fn why(resource: &str, error: &kube::Error) -> String {
     if is_not_served(error) {
         format!("{resource} is not served (404: the CRD is missing or does not serve this version)")
     } else {
@@ -104,7 +104,7 @@ pub fn why(resource: &str, error: &kube::Error) -> String {
 }
 
 /// [`is_not_served`] for a watcher's failure (its list or its watch).
-pub fn watch_not_served(error: &watcher::Error) -> bool {
+pub(crate) fn watch_not_served(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
@@ -116,7 +116,7 @@ pub fn watch_not_served(error: &watcher::Error) -> bool {
 
 /// What to tell an operator when `resource` (see [`resource_name`]) is
 /// not served by `server` (`the broker`, `the local cluster (east)`).
-pub fn not_served_message(resource: &str, server: &str) -> String {
+pub(crate) fn not_served_message(resource: &str, server: &str) -> String {
     format!(
         "{resource} is not served by {server} (404: the CRD is missing or does \
          not serve this version); its objects are unknown, not gone: nothing read from it before \

@@ -28,7 +28,7 @@ use crate::ops::metrics::Metrics;
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Where the watches of one process run and report.
-pub struct Watches {
+pub(crate) struct Watches {
     /// The cluster this process runs in (names its watches' metrics).
     cluster: ClusterId,
     metrics: Arc<Metrics>,
@@ -38,7 +38,7 @@ pub struct Watches {
 impl Watches {
     /// Watches of `cluster`, reporting to `metrics` and sending their
     /// changes to `batches`.
-    pub fn new(cluster: ClusterId, metrics: Arc<Metrics>, batches: BatchSender) -> Self {
+    pub(crate) fn new(cluster: ClusterId, metrics: Arc<Metrics>, batches: BatchSender) -> Self {
         Self {
             cluster,
             metrics,
@@ -47,13 +47,13 @@ impl Watches {
     }
 
     /// Where changes go besides the fact sources' (the clusters' liveness).
-    pub fn batches(&self) -> &BatchSender {
+    pub(crate) fn batches(&self) -> &BatchSender {
         &self.batches
     }
 
     /// Watches a fact source in `tasks`: `also` sees each event first, then
     /// its facts go to the apply loop. Returns the source's name.
-    pub fn facts<K>(
+    pub(crate) fn facts<K>(
         &self,
         tasks: &mut JoinSet<()>,
         source: FactSource<K>,
@@ -86,7 +86,7 @@ impl Watches {
     /// `on_event` with each event; `resource` names it in logs and metrics.
     /// A 404 after which the kind is served at another version moves the
     /// watch there: it lists again, as after any restart.
-    pub fn spawn<K>(
+    pub(crate) fn spawn<K>(
         &self,
         tasks: &mut JoinSet<()>,
         place: Place<K>,
@@ -229,17 +229,17 @@ struct Batch {
 
 /// Where the watches send their changes.
 #[derive(Clone)]
-pub struct BatchSender(mpsc::UnboundedSender<Batch>);
+pub(crate) struct BatchSender(mpsc::UnboundedSender<Batch>);
 
 /// What the apply loop receives: every batch waiting, merged.
-pub struct Batches {
+pub(crate) struct Batches {
     incoming: mpsc::UnboundedReceiver<Batch>,
     /// Fact sources whose first list is not complete yet.
     waiting: HashSet<&'static str>,
 }
 
 /// The changes of every batch that was waiting.
-pub struct Merged {
+pub(crate) struct Merged {
     /// In the order the watches sent them.
     pub changes: Vec<Change>,
     /// Whether every fact source has completed its first list by now.
@@ -247,7 +247,7 @@ pub struct Merged {
 }
 
 /// A channel from the watches to the apply loop.
-pub fn batches() -> (BatchSender, Batches) {
+pub(crate) fn batches() -> (BatchSender, Batches) {
     let (tx, incoming) = mpsc::unbounded_channel();
     let batches = Batches {
         incoming,
@@ -270,7 +270,7 @@ impl BatchSender {
 
     /// Sends `changes` from `resource`, which is no fact source; false once
     /// the apply loop is gone.
-    pub fn send(&self, resource: &'static str, changes: Vec<Change>) -> bool {
+    pub(crate) fn send(&self, resource: &'static str, changes: Vec<Change>) -> bool {
         changes.is_empty()
             || self
                 .0
@@ -285,13 +285,13 @@ impl BatchSender {
 
 impl Batches {
     /// The first sync waits for these fact sources.
-    pub fn wait_for(&mut self, sources: impl IntoIterator<Item = &'static str>) {
+    pub(crate) fn wait_for(&mut self, sources: impl IntoIterator<Item = &'static str>) {
         self.waiting.extend(sources);
     }
 
     /// Waits for a batch and merges it with every other already sent; None
     /// once every sender is gone.
-    pub async fn next(&mut self) -> Option<Merged> {
+    pub(crate) async fn next(&mut self) -> Option<Merged> {
         let first = self.incoming.recv().await?;
         let mut changes = Vec::new();
         let mut batch = Some(first);

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// A piece of a file: one YAML document's text (or, rarely, several or none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Piece {
+pub(super) struct Piece {
     /// Hash of its text.
     pub hash: u64,
     /// How many documents it holds.
@@ -27,7 +27,7 @@ pub struct Piece {
 /// A file's pieces in order, compactly: their hashes, and their document
 /// counts where not the usual one.
 #[derive(Debug, Default)]
-pub struct Pieces {
+pub(super) struct Pieces {
     hashes: Vec<u64>,
     /// By position: the count of each piece holding other than one document.
     unusual: BTreeMap<u32, u32>,
@@ -35,7 +35,7 @@ pub struct Pieces {
 
 impl Pieces {
     /// Adds the next piece.
-    pub fn push(&mut self, piece: Piece) {
+    pub(super) fn push(&mut self, piece: Piece) {
         if piece.documents != 1 {
             let at = u32::try_from(self.hashes.len()).unwrap_or(u32::MAX);
             self.unusual.insert(at, piece.documents);
@@ -44,12 +44,12 @@ impl Pieces {
     }
 
     /// Releases spare room once the last piece is in.
-    pub fn shrink_to_fit(&mut self) {
+    pub(super) fn shrink_to_fit(&mut self) {
         self.hashes.shrink_to_fit();
     }
 
     /// The pieces in order.
-    pub fn iter(&self) -> impl Iterator<Item = Piece> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = Piece> + '_ {
         self.hashes.iter().enumerate().map(|(at, &hash)| Piece {
             hash,
             documents: u32::try_from(at)
@@ -62,7 +62,7 @@ impl Pieces {
 
 /// A piece as read now: parsed, or left alone because its text is unchanged.
 #[derive(Debug)]
-pub struct ReadPiece {
+pub(super) struct ReadPiece {
     /// Its hash and document count (for an unchanged piece, `documents` is 0:
     /// the previous read knows it).
     pub piece: Piece,
@@ -72,7 +72,7 @@ pub struct ReadPiece {
 
 /// Why a file's documents could not be had.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileError {
+pub(super) struct FileError {
     /// What went wrong, for the problem list.
     pub reason: String,
     /// The file could not be read (too many open files, a permission, an
@@ -91,7 +91,7 @@ impl FileError {
 }
 
 /// What a file's pieces may reuse: hashes of unchanged pieces not to parse.
-pub type Reusable = std::collections::HashSet<u64, foldhash::fast::FixedState>;
+pub(super) type Reusable = std::collections::HashSet<u64, foldhash::fast::FixedState>;
 
 /// Files a reader thread may have read before the caller takes them: the
 /// parsed documents of a few files, not of the whole directory, are held.
@@ -103,7 +103,7 @@ const AHEAD: usize = 2;
 /// the reading of the next ones. Reader `w` reads files `w`, `w + threads`,
 /// …, so the order needs no sorting and each reader is at most [`AHEAD`]
 /// files ahead.
-pub fn read_in_order(
+pub(super) fn read_in_order(
     files: &[(&Path, &Reusable)],
     threads: usize,
     mut apply: impl FnMut(usize, Result<Vec<ReadPiece>, FileError>),
@@ -157,7 +157,11 @@ fn on_threads<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R
 /// Reads one file: JSON (one value, or several in a row, as one piece) or
 /// multi-document YAML, piece by piece. YAML goes through serde_yaml_ng,
 /// about three times faster than serde-saphyr on large `kubectl` dumps.
-pub fn read(path: &Path, reusable: &Reusable, threads: usize) -> Result<Vec<ReadPiece>, FileError> {
+pub(super) fn read(
+    path: &Path,
+    reusable: &Reusable,
+    threads: usize,
+) -> Result<Vec<ReadPiece>, FileError> {
     let text = fs::read_to_string(path).map_err(|e| FileError {
         reason: format!("cannot read: {e}"),
         // Not UTF-8: the text is wrong, reading again will not help.

@@ -11,7 +11,7 @@ mod files;
 mod problem;
 mod read;
 mod walk;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

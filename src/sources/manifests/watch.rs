@@ -19,7 +19,7 @@ use crate::model::Change;
 const DEBOUNCE: Duration = Duration::from_millis(25);
 /// A full rescan happens at least this often, even without events (a safety
 /// net for missed events, and the heartbeat behind readiness).
-pub const RESYNC: Duration = Duration::from_secs(30);
+pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 /// Longest delay between the first event of a burst and its rescan.
 const MAX_DELAY: Duration = Duration::from_millis(500);
 /// First and longest wait before a rescan that could not read everything is
@@ -27,14 +27,14 @@ const MAX_DELAY: Duration = Duration::from_millis(500);
 const RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// Keeps the watcher alive; dropping it stops watching (the rescan thread ends soon after).
-pub struct WatchHandle {
+pub(crate) struct WatchHandle {
     problems: Arc<Mutex<Vec<Problem>>>,
     _watcher: RecommendedWatcher,
 }
 
 impl WatchHandle {
     /// The problems found by the latest rescan.
-    pub fn problems(&self) -> Vec<Problem> {
+    pub(crate) fn problems(&self) -> Vec<Problem> {
         self.problems
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -42,7 +42,8 @@ impl WatchHandle {
     }
 
     /// The shared list behind [`problems`](Self::problems), updated after every rescan.
-    pub fn shared_problems(&self) -> Arc<Mutex<Vec<Problem>>> {
+    #[cfg(test)]
+    fn shared_problems(&self) -> Arc<Mutex<Vec<Problem>>> {
         Arc::clone(&self.problems)
     }
 }
@@ -54,7 +55,7 @@ impl WatchHandle {
 /// `source`), then rescans ~25 ms after each burst of filesystem events, on a
 /// dedicated thread, so the tokio runtime is never blocked. Need not be called
 /// from within a runtime. Fails when the directory cannot be watched.
-pub fn spawn_watcher(
+pub(crate) fn spawn_watcher(
     source: ManifestSource,
     tx: mpsc::Sender<Vec<Change>>,
 ) -> anyhow::Result<WatchHandle> {
