@@ -2,7 +2,7 @@
 //! the pipeline's, the sources' and the writer's here, and the DNS side's
 //! own ([`DnsMetrics`]) registered in the same registry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -279,11 +279,27 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// Records whether another cluster's heartbeat is current.
-    pub fn set_cluster_live(&self, cluster: &str, live: bool) {
-        self.cluster_live
-            .with_label_values(&[cluster])
-            .set(i64::from(live));
+    /// Records whether each other cluster's heartbeat is current, and drops
+    /// the series of a cluster `shown` before that has no heartbeat any
+    /// more (its Lease deleted: the cluster left), so that a cluster once
+    /// dead does not stay dead on the dashboard and in the alert for good.
+    pub fn set_clusters_live<'a>(
+        &self,
+        shown: &mut BTreeSet<String>,
+        verdicts: impl IntoIterator<Item = (&'a str, bool)>,
+    ) {
+        let mut now = BTreeSet::new();
+        for (cluster, live) in verdicts {
+            self.cluster_live
+                .with_label_values(&[cluster])
+                .set(i64::from(live));
+            now.insert(cluster.to_owned());
+        }
+        for gone in shown.difference(&now) {
+            // Absent already is what removing wants.
+            let _ = self.cluster_live.remove_label_values(&[gone]);
+        }
+        *shown = now;
     }
 
     /// The longest time since any source synced (None before any sync).
@@ -320,4 +336,35 @@ impl Default for Metrics {
 
 fn gauge(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus::core::Collector;
+
+    use super::*;
+
+    /// The `cluster_live` series of `metrics`, by cluster.
+    fn live(metrics: &Metrics) -> BTreeMap<String, i64> {
+        let families = metrics.cluster_live.collect();
+        families[0]
+            .get_metric()
+            .iter()
+            .map(|m| {
+                let cluster = m.get_label()[0].value().to_owned();
+                (cluster, m.get_gauge().get_value() as i64)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cluster_whose_heartbeat_is_gone_leaves_the_live_gauge() {
+        let metrics = Metrics::new();
+        let mut shown = BTreeSet::new();
+        metrics.set_clusters_live(&mut shown, [("west", false), ("north", true)]);
+        let both = BTreeMap::from([("north".to_owned(), 1), ("west".to_owned(), 0)]);
+        assert_eq!(live(&metrics), both);
+        metrics.set_clusters_live(&mut shown, [("north", true)]);
+        assert_eq!(live(&metrics), BTreeMap::from([("north".to_owned(), 1)]));
+    }
 }

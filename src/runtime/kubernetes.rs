@@ -12,7 +12,7 @@
 //! ServiceExport conditions. This file is the wiring: which watch feeds
 //! what, the writer pool, resync and the heartbeat.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -376,14 +376,14 @@ impl Controller {
         let (batches, metrics) = (self.watches.batches().clone(), self.metrics.clone());
         self.tasks.spawn(async move {
             let mut tick = tokio::time::interval((timeout / 4).min(Duration::from_secs(1)));
+            let mut shown = BTreeSet::new();
             loop {
                 tick.tick().await;
                 let changes = {
                     let mut liveness = liveness.lock().unwrap_or_else(|e| e.into_inner());
                     let changes = liveness.judge(tokio::time::Instant::now());
-                    for (cluster, live) in liveness.verdicts() {
-                        metrics.set_cluster_live(cluster, live);
-                    }
+                    let verdicts = liveness.verdicts().map(|(c, live)| (c.as_ref(), live));
+                    metrics.set_clusters_live(&mut shown, verdicts);
                     changes
                 };
                 for change in &changes {
