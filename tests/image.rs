@@ -158,6 +158,20 @@ fn the_image_serves_the_demo_under_runc_locked_down() {
     };
     let vip = web_ips.iter().next().unwrap().to_string();
     assert!(saved.contains(&vip), "{vip} kept in {saved}");
+    // And as a user asks it: the host's `dig`, in the container's network
+    // namespace (where a port mapping would carry it).
+    let dig = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["dig", "+short", "-p", "5300", "@127.0.0.1"])
+        .arg(svc("web.shop"))
+        .output()
+        .expect("nsenter runs dig (util-linux, bind9-dnsutils)");
+    assert_eq!(
+        String::from_utf8_lossy(&dig.stdout).trim(),
+        vip,
+        "dig: {}",
+        String::from_utf8_lossy(&dig.stderr)
+    );
     let log = container.log();
     assert!(
         !log.contains("will not survive") && !log.contains("Read-only file system"),
