@@ -9,16 +9,11 @@
 //! and every member is polled for the new address. Prints median, p90, p99
 //! and max per path. `cargo bench --bench kube_latency [-- ROUNDS]`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/common/kube_clusterset.rs"]
-mod kube_clusterset;
-
 use std::time::{Duration, Instant};
 
-use common::{Outcome, cluster_ip, ep, headless, is_vip, resolve, slice};
 use hickory_proto::rr::RecordType;
-use kube_clusterset::KubeClusterset;
+use test_support::kube_clusterset::KubeClusterset;
+use test_support::{Outcome, cluster_ip, ep, headless, is_vip, resolve, slice};
 
 const IDS: [&str; 3] = ["east", "north", "west"];
 const POLL: Duration = Duration::from_micros(500);

@@ -14,8 +14,6 @@
 mod apis;
 #[path = "kube_scale/churn.rs"]
 mod churn;
-#[path = "../tests/common/mod.rs"]
-mod common;
 #[path = "kube_scale/layout.rs"]
 mod layout;
 #[path = "kube_scale/member.rs"]

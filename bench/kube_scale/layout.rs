@@ -5,8 +5,7 @@
 use std::net::Ipv4Addr;
 
 use serde_json::json;
-
-use crate::common::{Doc, cluster_ip, ep, export, headless, namespace, slice};
+use test_support::{Doc, cluster_ip, ep, export, headless, namespace, slice};
 
 /// Services are spread over `ns0..ns99`, as gen_clusterset.py does.
 pub const NAMESPACES: usize = 100;

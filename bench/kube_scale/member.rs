@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-use crate::common::free_port;
+use test_support::free_port;
 
 /// Namespace of the shared state on the broker.
 pub const BROKER_NAMESPACE: &str = "clusterset-broker";

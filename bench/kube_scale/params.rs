@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use crate::layout::Layout;
 
+/// The release binary Cargo built beside this benchmark.
+const BIN: &str = env!("CARGO_BIN_EXE_clusterset-dns");
+
 pub struct Params {
     pub lay: Layout,
     /// Members that run through every phase (`RUNNING`, default: every
@@ -87,12 +90,12 @@ impl Params {
             quiet: secs("QUIET_SECONDS", 5),
             limit: secs("LIMIT_SECONDS", 3600),
             work: env_or("WORK", PathBuf::from("/tmp/clusterset-bench/kube-scale")),
-            member_bin: env_or("MEMBER_BIN", crate::common::BIN.to_owned()),
+            member_bin: env_or("MEMBER_BIN", BIN.to_owned()),
             profile_first: std::env::var("PROFILE_FIRST")
                 .ok()
                 .filter(|w| !w.trim().is_empty())
                 .map(|w| {
-                    let bin = env_or("PROFILE_BIN", crate::common::BIN.to_owned());
+                    let bin = env_or("PROFILE_BIN", BIN.to_owned());
                     (w.split_whitespace().map(str::to_owned).collect(), bin)
                 }),
         }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
-
-use crate::common::{
+use test_support::{
     Outcome, in_v4_pool, outcome, question, srv_targets, tcp_raw, udp_raw, with_edns,
 };
+
 use crate::layout::Layout;
 
 /// How long one query may wait for its answer before it counts as wrong.

@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use anyhow::Result;
 use hickory_proto::rr::RecordType;
 use serde_json::Value;
+use test_support::{Outcome, resolve};
 
 use crate::clusterset::{CONVERGE, Clusterset, eventually};
-use crate::common::{Outcome, resolve};
 use crate::workloads;
 
 /// `<name>.<ns>.svc.clusterset.local.`

@@ -24,8 +24,8 @@ use anyhow::{Result, bail, ensure};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::{Api, Client};
 use tempfile::TempDir;
+use test_support::{free_port, resolve};
 
-use crate::common::{free_port, resolve};
 use crate::control_plane::{
     ControlPlane, Process, bin_dir, client_from, log_tail, output, run, write_kubeconfig,
 };
@@ -524,7 +524,7 @@ async fn wait_answering(replica: &mut Replica) -> Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         replica.process.check_alive()?;
-        if let crate::common::Outcome::Ips(_) =
+        if let test_support::Outcome::Ips(_) =
             resolve(replica.dns, "clusterset.local.", RecordType::SOA).await
         {
             return Ok(());

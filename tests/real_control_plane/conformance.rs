@@ -82,7 +82,7 @@ pub async fn the_upstream_conformance_suite_passes(set: &mut Clusterset) -> Resu
     }
     for (tool, package) in POD_TOOLS {
         ensure!(
-            crate::common::installed(tool).is_some(),
+            test_support::installed(tool).is_some(),
             "`{tool}` is missing: the Pods' commands run on this machine (Debian package {package})"
         );
     }

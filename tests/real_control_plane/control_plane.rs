@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use test_support::free_port;
 
-use crate::common::free_port;
 use crate::pods::{PodNetwork, PodRunner};
 
 /// How long etcd or the API server may take to start on a busy 2-core machine.

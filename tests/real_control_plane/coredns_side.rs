@@ -16,10 +16,10 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
+use test_support::free_port;
 
 use crate::check::{agreed_vip, answers_everywhere, fqdn, ips};
 use crate::clusterset::{CONVERGE, Clusterset, Member, eventually};
-use crate::common::free_port;
 use crate::control_plane::{ControlPlane, Process, bin_dir};
 use crate::workloads::{export, exported_with_pod, namespace, pod, service};
 
@@ -34,7 +34,7 @@ pub struct Answer {
 }
 
 pub async fn ask(at: SocketAddr, name: &str, rtype: RecordType) -> Answer {
-    let response = crate::common::query(at, name, rtype).await;
+    let response = test_support::query(at, name, rtype).await;
     Answer {
         code: response.metadata.response_code,
         records: response
@@ -79,7 +79,7 @@ pub fn cluster_coredns(
     let upstreams: Vec<String> = upstreams.iter().map(SocketAddr::to_string).collect();
     let text = format!(
         ".:{port} {{\n    bind {ip}\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n        kubeconfig {kubeconfig}\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n    forward . 127.0.0.1:{nobody}\n    cache 30\n    loadbalance\n}}\n{}",
-        crate::common::stanza_at(at, &format!("    forward . {}\n", upstreams.join(" "))),
+        test_support::stanza_at(at, &format!("    forward . {}\n", upstreams.join(" "))),
         port = at.port(),
         ip = at.ip(),
     );

@@ -69,5 +69,5 @@ pub async fn headless_answers_follow_pod_readiness(set: &mut Clusterset) -> Resu
     for id in ["east", "west"] {
         unexport(&set.member(id).admin, NS, "db").await?;
     }
-    answers_everywhere(set, &name, RecordType::A, &crate::common::Outcome::NxDomain).await
+    answers_everywhere(set, &name, RecordType::A, &test_support::Outcome::NxDomain).await
 }

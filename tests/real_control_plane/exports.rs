@@ -8,13 +8,13 @@ use std::net::IpAddr;
 
 use anyhow::{Result, ensure};
 use hickory_proto::rr::RecordType;
+use test_support::Outcome;
 
 use crate::check::{
     agreed_vip, answers_everywhere, fqdn, import_becomes, import_gone, ips, mcs_slices_become,
     status_clusters,
 };
 use crate::clusterset::{CONVERGE, Clusterset, eventually};
-use crate::common::Outcome;
 use crate::workloads::{export, export_conditions, namespace, pod, service, unexport};
 
 const NS: &str = "shop";
@@ -53,8 +53,8 @@ pub async fn import_lives_while_any_cluster_exports(set: &mut Clusterset) -> Res
     let srv_name = format!("_http._tcp.{}", fqdn("web", NS));
     let expected = BTreeSet::from([(fqdn("web", NS), 80)]);
     eventually(CONVERGE, "north: SRV of web's http port", async || {
-        let response = crate::common::query(north, &srv_name, RecordType::SRV).await;
-        let got = crate::common::srv_targets(&response);
+        let response = test_support::query(north, &srv_name, RecordType::SRV).await;
+        let got = test_support::srv_targets(&response);
         if got == expected {
             Ok(Some(()))
         } else {

@@ -17,17 +17,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use hickory_proto::rr::RecordType;
 use serde_json::{Value, json};
+use test_support::runc::{self, Bundle, NONROOT};
+use test_support::{Outcome, free_port, get, resolve};
 
 use crate::Skipped;
 use crate::check::fqdn;
 use crate::clusterset::{Clusterset, DNS_NAMESPACE, eventually, replica_flags};
-use crate::common::{Outcome, free_port, get, resolve};
 use crate::workloads::{exported_with_pod, namespace, unexport};
-
-#[path = "../image/runc.rs"]
-mod runc;
-
-use runc::{Bundle, NONROOT};
 
 const MEMBER: &str = "west";
 const NS: &str = "image";

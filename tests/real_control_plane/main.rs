@@ -12,9 +12,6 @@
 //! its binaries the suite skips, and fails under CI. The one argument
 //! `bench-coredns` runs the benchmark of `bench/coredns.sh` instead.
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod bench_coredns;
 mod check;
 mod clusterset;

@@ -11,10 +11,10 @@ use anyhow::{Context, Result, ensure};
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DeleteParams;
+use test_support::Outcome;
 
 use crate::check::{agreed_vip, answers, fqdn, import_becomes, mcs_slices_become, status_clusters};
 use crate::clusterset::{CONVERGE, Clusterset, eventually};
-use crate::common::Outcome;
 use crate::workloads::{exported_with_pod, imports, namespace, slices};
 
 const NS: &str = "owned";

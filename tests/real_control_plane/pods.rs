@@ -25,8 +25,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use test_support::free_port;
 
-use crate::common::free_port;
 use crate::control_plane::{Process, bin_dir, run};
 
 /// The one Node kwok runs Pods on.

@@ -19,13 +19,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-#[path = "../monitoring/dashboard.rs"]
-mod dashboard;
+use test_support::{dashboard, free_port, installed, resolve};
 
 use crate::Skipped;
 use crate::check::{answers, answers_everywhere, ips};
 use crate::clusterset::{CLUSTER_TIMEOUT_SECONDS, CONVERGE, Clusterset, Replica, eventually};
-use crate::common::{free_port, installed, resolve};
 use crate::control_plane::{Process, log_tail};
 use crate::faults::watched;
 
