@@ -26,7 +26,7 @@ pub use crate::model::{ANNOTATION_CLUSTERSET_IP, ANNOTATION_POD_IPS};
 // written: the schema is Kubernetes's business and is written here, so that
 // `model/` needs no schema crate (ARCHITECTURE.md, "Folders and what each
 // may use"). Fields, names and docs as that type's (the doc is the schema's
-// description; tests/crds.rs compares the result with crds.yaml).
+// description; tests/it/crds.rs compares the result with crds.yaml).
 /// A port of a ServiceImport (`ServicePort` without target/node ports).
 #[derive(JsonSchema)]
 #[schemars(rename = "ServicePort")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds helm, the release pinned in tests/helm/go.mod, into
 # target/control-plane/ (or $CONTROL_PLANE_BIN) beside the other Go binaries
-# the tests run: the chart's tests (tests/helm_chart.rs) lint and render
+# the tests run: the chart's tests (tests/it/helm_chart.rs) lint and render
 # charts/clusterset-dns with it, and the real control plane installs it.
 # With Go's build cache warm a rebuild is a link.
 set -euo pipefail

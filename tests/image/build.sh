@@ -2,7 +2,7 @@
 # Builds the container image of the top-level Dockerfile without pulling any
 # base image (docs/container.md): a static clusterset-dns compiled here, put
 # in place of the Dockerfile's `build` stage with buildah's --build-context,
-# and the image saved as an OCI archive for tests/image.rs and
+# and the image saved as an OCI archive for tests/it/image.rs and
 # tests/real_control_plane/image.rs:
 #
 #   target/image/clusterset-dns.oci.tar   (reference 0.1.0)

@@ -164,7 +164,7 @@ fn kubernetes_flags_without_kubernetes_mode_are_an_error() {
     );
     let (dir, _) = scratch_state();
     let config = dir.path().join("c.yaml");
-    // (`cluster-id` is not one: embedded mode reads it too, see tests/locality.rs.)
+    // (`cluster-id` is not one: embedded mode reads it too, see tests/it/locality.rs.)
     std::fs::write(&config, "lease-namespace: dns\n").unwrap();
     let stderr = usage_error(&["check", "--config", config.to_str().unwrap()]);
     assert!(

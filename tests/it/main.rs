@@ -6,9 +6,10 @@
 //! and the support is compiled once, with nothing in it left unused.
 //! `cargo test --test it GROUP::` runs one group.
 //!
-//! The groups share this process: a test changes nothing process-wide
-//! (environment, working directory, signal dispositions) but what
-//! `common::exclusive` says.
+//! The groups share this process, so a test changes nothing process-wide
+//! (environment, working directory, signal dispositions) and takes no fixed
+//! port outside a network namespace of its own; docs/testing.md, "Layout",
+//! lists what is per process and why sharing it is safe.
 
 mod common;
 

@@ -39,13 +39,16 @@ const UNIT_TESTS: &str = "tests/monitoring/alerts.test.yaml";
 const FAULT_ONLY: [(&str, &str); 3] = [
     (
         "clusterset_dns_tls_certificate_reloads_total",
-        "tests/tls.rs",
+        "tests/it/tls.rs",
     ),
     (
         "clusterset_dns_dns_tcp_refused_total",
-        "tests/tcp_limits.rs",
+        "tests/it/tcp_limits.rs",
     ),
-    ("clusterset_dns_accept_errors_total", "tests/ops_limits.rs"),
+    (
+        "clusterset_dns_accept_errors_total",
+        "tests/it/ops_limits.rs",
+    ),
 ];
 
 fn read(path: &str) -> String {

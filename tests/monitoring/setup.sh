@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/monitoring.rs and the real-control-plane scenario
+# Installs what tests/it/monitoring.rs and the real-control-plane scenario
 # `prometheus::` need: Debian's `prometheus` package, for `promtool` (checks
 # and unit-tests the shipped alerting rules) and the `prometheus` server the
 # scenario starts as a child process of its own. Idempotent.

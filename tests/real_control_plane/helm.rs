@@ -2,7 +2,7 @@
 //! plane. [`Clusterset::start`] installs the broker's RBAC on `east` and the
 //! whole member `west` with `helm install` of the chart (the pinned helm of
 //! tests/helm/go.mod) instead of `kubectl apply`, so every scenario runs on a
-//! chart-installed member beside kustomize-installed ones; tests/helm_chart.rs
+//! chart-installed member beside kustomize-installed ones; tests/it/helm_chart.rs
 //! shows the two render the same objects. The scenario here shows the
 //! releases are there and are what the members run with.
 

@@ -1,6 +1,6 @@
 {{/*
 The labels of every object: app.kubernetes.io/name as in config/kubernetes
-(the only one selectors use), then Helm's own (tests/helm_chart.rs removes
+(the only one selectors use), then Helm's own (tests/it/helm_chart.rs removes
 exactly these before comparing with config/kubernetes).
 */}}
 {{- define "clusterset-dns.labels" -}}

@@ -1,7 +1,7 @@
 //! The PromQL queries of config/monitoring/grafana-dashboard.json as a
 //! Prometheus server can run them: Grafana's template variables replaced by
 //! concrete values (`$job` by its "All" value, the interval variables by a
-//! minute). Shared by tests/monitoring.rs and the real-control-plane
+//! minute). Shared by tests/it/monitoring.rs and the real-control-plane
 //! scenario that runs them against a real Prometheus.
 
 use serde_json::Value;

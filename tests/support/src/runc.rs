@@ -1,7 +1,7 @@
 //! The container image of the top-level Dockerfile, run by a real OCI
 //! runtime (docs/container.md): the OCI archive `tests/image/build.sh` saves,
 //! unpacked by `umoci` into a runtime bundle, its `config.json` locked down
-//! as a hardened Pod is, and run by `runc`. Shared by `tests/image.rs` and
+//! as a hardened Pod is, and run by `runc`. Shared by `tests/it/image.rs` and
 //! the real-control-plane scenario `tests/real_control_plane/image.rs`.
 
 use std::fs;
