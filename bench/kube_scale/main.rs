@@ -10,23 +10,14 @@
 //! `bench/kube_scale.sh` (see bench/README.md for the method and the
 //! environment variables).
 
-#[path = "kube_scale/apis.rs"]
 mod apis;
-#[path = "kube_scale/churn.rs"]
 mod churn;
-#[path = "kube_scale/layout.rs"]
 mod layout;
-#[path = "kube_scale/member.rs"]
 mod member;
-#[path = "kube_scale/params.rs"]
 mod params;
-#[path = "kube_scale/phases.rs"]
 mod phases;
-#[path = "kube_scale/probe.rs"]
 mod probe;
-#[path = "kube_scale/publish.rs"]
 mod publish;
-#[path = "kube_scale/report.rs"]
 mod report;
 
 use std::sync::Arc;
