@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use hickory_proto::rr::RecordType;
 use serde_json::{Value, json};
+use test_support::{dashboard, free_port, installed, resolve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-use test_support::{dashboard, free_port, installed, resolve};
 
 use crate::Skipped;
 use crate::check::{answers, answers_everywhere, ips};
