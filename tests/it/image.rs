@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::rr::RecordType::{A, SOA};
 use serde_json::json;
-
 use test_support::runc::{self, Bundle, ENTRYPOINT, NONROOT};
 
 use crate::common::*;

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::rr::{RData, RecordType};
 use tempfile::TempDir;
-
 use test_support::{Daemon, free_port, program, query};
 
 /// How long `knotd` may take to start answering.

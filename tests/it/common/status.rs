@@ -5,7 +5,6 @@ use std::path::Path;
 use clusterset_dns::cli::Command;
 use clusterset_dns::commands::status;
 use serde_json::Value;
-
 use test_support::parse_cli;
 
 /// `clusterset-dns status --manifests dir -o json <extra>`, parsed.

@@ -6,10 +6,9 @@ use std::time::Duration;
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
+use test_support::question;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-use test_support::question;
 
 /// What a transfer request got: the messages, in order.
 #[derive(Debug)]
