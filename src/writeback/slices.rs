@@ -203,6 +203,16 @@ pub(crate) fn import_owner(version: McsVersion, key: &ServiceKey, uid: String) -
     }
 }
 
+/// Makes a member's MCS EndpointSlice owned by the ServiceImport of `uid`
+/// (planned before a new import's write answered its uid).
+pub(crate) fn set_owner_uid(slice: &mut EndpointSlice, uid: &str) {
+    for owner in slice.metadata.owner_references.iter_mut().flatten() {
+        if owner.uid != uid {
+            owner.uid = uid.to_owned();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;

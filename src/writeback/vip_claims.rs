@@ -350,7 +350,8 @@ pub fn claim_name(ip: IpAddr) -> String {
     format!("clusterset-vip-{address}")
 }
 
-fn claim(key: &ServiceKey, ip: IpAddr) -> ConfigMap {
+/// The claim `key` holds on `ip`.
+pub(crate) fn claim(key: &ServiceKey, ip: IpAddr) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(claim_name(ip)),
