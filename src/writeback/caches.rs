@@ -15,7 +15,8 @@ use super::slices::Matched;
 use super::version::{Token, status_digest};
 use super::vip_claims;
 use crate::k8s::crd::{EndpointSliceObjects, ServiceExport, ServiceImport};
-use crate::k8s::records::{self, Role, source_cluster};
+use crate::k8s::records::read::source_cluster;
+use crate::k8s::records::{self, Role};
 use crate::model::conditions::{CONFLICT, READY, VALID};
 use crate::model::{ClusterId, ServiceKey, shared_name};
 
@@ -86,10 +87,12 @@ impl Caches {
         let mine = cluster.clone();
         Self {
             broker_records: Arc::new(SeenStore::new(Keep {
-                extract: Box::new(move |record: &ServiceImport| match records::role(record)? {
-                    Role::Import => Some(records::record_vips(record)),
-                    Role::Export => {
-                        (records::labelled_service(&record.metadata)?.1? == mine).then(Vec::new)
+                extract: Box::new(move |record: &ServiceImport| {
+                    match records::read::role(record)? {
+                        Role::Import => Some(records::read::record_vips(record)),
+                        Role::Export => (records::read::labelled_service(&record.metadata)?.1?
+                            == mine)
+                            .then(Vec::new),
                     }
                 }),
                 service: |record| labelled(&record.metadata),
@@ -132,7 +135,7 @@ impl Caches {
 
 /// The service an object's labels name.
 fn labelled(meta: &ObjectMeta) -> Option<ServiceKey> {
-    Some(records::labelled_service(meta)?.0)
+    Some(records::read::labelled_service(meta)?.0)
 }
 
 /// The service of the same namespace and name as an object.

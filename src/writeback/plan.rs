@@ -264,7 +264,7 @@ pub(crate) fn publish(view: &View<'_>, key: &ServiceKey) -> Publish {
     let own = local_export(view);
     let name = records::export_record_name(key, cluster);
     let desired = own.map(|(export, service, _)| {
-        records::export_record(
+        records::build::export_record(
             view.at.broker_imports,
             key,
             cluster,
@@ -507,7 +507,7 @@ fn local_import(version: McsVersion, key: &ServiceKey, import: &Import) -> Servi
     let mut annotations = import.exported.annotations.clone();
     annotations.insert(
         records::ANNOTATION_CLUSTER_PORTS.into(),
-        records::cluster_ports(import),
+        records::build::cluster_ports(import),
     );
     let metadata = ObjectMeta {
         name: Some(key.name().to_string()),
@@ -675,7 +675,7 @@ mod tests {
         /// The broker's VIP record lists `vips` (the engine learns them).
         fn agreed(&mut self, vips: &[&str]) {
             self.engine.apply([Change::Vips(key(), ips(vips))]);
-            let record = records::vip_record(V, &key(), &ips(vips));
+            let record = records::build::vip_record(V, &key(), &ips(vips));
             self.caches
                 .broker_records
                 .on_event(&Event::Apply(on_broker(record)));
@@ -877,7 +877,7 @@ mod tests {
             crate::model::ObjectRef::Export,
         )]);
         assert_eq!(world.plan().publish.vips, Vips::Release);
-        let record = on_broker(records::vip_record(V, &key(), &[]));
+        let record = on_broker(records::build::vip_record(V, &key(), &[]));
         world.caches.broker_records.on_event(&Event::Delete(record));
         assert_eq!(
             world.plan().publish.vips,
@@ -986,7 +986,7 @@ mod tests {
         let ports = |cluster: &str| {
             let slices = local.slices.iter().filter_map(|w| w.desired.as_ref());
             let mine: Vec<_> = slices
-                .filter(|s| records::source_cluster(s) == Some(cluster))
+                .filter(|s| records::read::source_cluster(s) == Some(cluster))
                 .collect();
             assert_eq!(mine.len(), 1, "one slice of {cluster}");
             let slice = mine[0];

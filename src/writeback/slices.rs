@@ -93,12 +93,14 @@ impl Plan<'_> {
         match self.owner {
             Some(owner) => {
                 let namespace = Some(key.namespace().to_string());
-                let mut object = records::slice_object(name, namespace, key, cluster, &self.slice);
+                let mut object =
+                    records::build::slice_object(name, namespace, key, cluster, &self.slice);
                 object.metadata.owner_references = Some(vec![owner.clone()]);
                 object
             }
             None => {
-                let mut object = records::slice_object(name, None, key, cluster, &self.slice);
+                let mut object =
+                    records::build::slice_object(name, None, key, cluster, &self.slice);
                 kube::ResourceExt::annotations_mut(&mut object)
                     .insert(records::ANNOTATION_SOURCE_SLICE.into(), self.source.into());
                 object

@@ -15,7 +15,7 @@ use super::served::Place;
 use crate::k8s::convert;
 use crate::k8s::crd::LABEL_SERVICE_NAME;
 use crate::k8s::crd::{ServiceExport, ServiceImport};
-use crate::k8s::records::source_cluster;
+use crate::k8s::records::read::source_cluster;
 use crate::k8s::records::{self, Role};
 use crate::model::{Change, ClusterId, ExportAge, Object};
 
@@ -138,10 +138,10 @@ pub(crate) fn endpoint_slices(me: ClusterId) -> Reader<EndpointSlice> {
 /// The broker's export records (other clusters' exports and Services) and
 /// VIP records.
 pub(crate) fn broker_records(me: ClusterId) -> Reader<ServiceImport> {
-    Box::new(move |record| match records::role(record) {
+    Box::new(move |record| match records::read::role(record) {
         Some(Role::Export) => {
             let (key, from, export, service) =
-                records::read_export_record(record).map_err(|e| e.to_string())?;
+                records::read::read_export_record(record).map_err(|e| e.to_string())?;
             if from == me {
                 return Ok(Vec::new());
             }
@@ -151,13 +151,13 @@ pub(crate) fn broker_records(me: ClusterId) -> Reader<ServiceImport> {
             ])
         }
         Some(Role::Import) => {
-            let Some((key, _)) = records::labelled_service(&record.metadata) else {
+            let Some((key, _)) = records::read::labelled_service(&record.metadata) else {
                 return Err(format!(
                     "VIP record {} has no service labels",
                     record.name_any()
                 ));
             };
-            Ok(vec![Change::Vips(key, records::record_vips(record))])
+            Ok(vec![Change::Vips(key, records::read::record_vips(record))])
         }
         None => Ok(Vec::new()),
     })
@@ -169,7 +169,7 @@ pub(crate) fn broker_slices(me: ClusterId) -> Reader<EndpointSlice> {
         if source_cluster(slice) == Some(&*me) {
             return Ok(Vec::new());
         }
-        let (key, from, info) = records::read_slice(slice).map_err(|e| e.to_string())?;
+        let (key, from, info) = records::read::read_slice(slice).map_err(|e| e.to_string())?;
         Ok(vec![Change::Upsert(
             from,
             key,
