@@ -22,6 +22,8 @@ use crate::engine::vip::VipPools;
 use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
+use crate::model::IpFamily;
+use crate::model::trust::Trust;
 use crate::plumbing::listen::Caps;
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
@@ -107,7 +109,12 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
                 ..engine_settings(clusterset)
             };
             let broker_namespace = args.kubernetes.broker_namespace.clone();
-            let facts = FactSources::new(&connection, &broker_namespace);
+            // The namespaces of the broker's shared state and of this
+            // program (where its leader Lease is) are protected too.
+            let own = [broker_namespace.as_str(), &args.kubernetes.lease_namespace];
+            let pools = [IpFamily::IPv4, IpFamily::IPv6].map(|f| engine.pools.pool(f));
+            let trust = Trust::new(pools.to_vec(), &own);
+            let facts = FactSources::new(&connection, &broker_namespace, trust);
             let source = Kubernetes {
                 connection,
                 broker_namespace,
