@@ -498,7 +498,12 @@ fn the_network_policy_is_network_policy_yaml_and_only_when_asked() {
         policies(&enabled, "clusterset-dns"),
         file("config/kubernetes/network-policy.yaml"),
     );
-    let broker = ["--set", "mode=broker,networkPolicy.enabled=true"];
+    let broker = [
+        "--set",
+        "mode=broker,networkPolicy.enabled=true",
+        "--set",
+        "broker.members={east}",
+    ];
     assert!(
         policies(&broker, "clusterset-broker").is_empty(),
         "a broker release runs nothing to guard"
