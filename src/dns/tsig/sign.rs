@@ -291,3 +291,69 @@ fn append(message: &mut Vec<u8>, record: &Record<TSIG>) -> Result<(), ProtoError
     message.extend_from_slice(&tail);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::rdata::tsig::TsigAlgorithm;
+    use hickory_proto::rr::{Name, RecordType};
+
+    use super::*;
+
+    /// A key file holding `transfer` with the secret "secret-secret-secret".
+    fn key() -> (TsigKey, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("transfer.key");
+        let text =
+            "key \"transfer\" { algorithm hmac-sha256; secret \"c2VjcmV0LXNlY3JldC1zZWNyZXQ=\"; };";
+        std::fs::write(&file, text).unwrap();
+        (TsigKey::load(&file).unwrap(), dir)
+    }
+
+    /// An AXFR request signed at `time` with `secret` under the name `transfer`.
+    fn request(secret: &[u8], time: u64) -> Vec<u8> {
+        let name = Name::from_ascii("transfer").unwrap();
+        let signer = TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, name, 300).unwrap();
+        let mut message = Message::query();
+        message.add_query(Query::query(
+            Name::from_ascii("clusterset.local.").unwrap(),
+            RecordType::AXFR,
+        ));
+        message.finalize(&signer, time).unwrap();
+        message.to_vec().unwrap()
+    }
+
+    fn verdict(key: Option<&TsigKey>, packet: &[u8], now: u64) -> &'static str {
+        let message = Message::from_vec(packet).unwrap();
+        match Verdict::of(key, packet, message.signature(), now) {
+            Verdict::Unsigned => "unsigned",
+            Verdict::Valid(_) => "valid",
+            Verdict::Rejected(rejection) => rejection.label(),
+        }
+    }
+
+    /// RFC 8945 §5.2: the key (no key configured: every key is unknown),
+    /// then the MAC, then the time, within the fudge on both sides; a Time
+    /// Signed too low to subtract the fudge from is refused, not a panic.
+    #[test]
+    fn requests_are_checked_key_mac_then_time() {
+        let (key, _dir) = key();
+        let now = 1_800_000_000;
+        let good = request(b"secret-secret-secret", now);
+        assert_eq!(verdict(Some(&key), &good, now), "valid");
+        assert_eq!(verdict(Some(&key), &good, now + 300), "valid");
+        assert_eq!(verdict(Some(&key), &good, now - 300), "valid");
+        assert_eq!(verdict(Some(&key), &good, now + 301), "badtime");
+        assert_eq!(verdict(None, &good, now), "badkey");
+        let wrong = request(b"another-secret", now);
+        assert_eq!(verdict(Some(&key), &wrong, now), "badsig");
+        let ancient = request(b"secret-secret-secret", 10);
+        assert_eq!(verdict(Some(&key), &ancient, now), "badsig");
+        let mut unsigned = Message::from_vec(&good).unwrap();
+        unsigned.take_signature();
+        assert_eq!(
+            verdict(Some(&key), &unsigned.to_vec().unwrap(), now),
+            "unsigned"
+        );
+    }
+}
