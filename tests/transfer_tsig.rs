@@ -16,7 +16,7 @@ use common::*;
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::RecordType::{A, AXFR, SOA};
 use hickory_proto::rr::rdata::tsig::{TsigAlgorithm, TsigError};
-use hickory_proto::rr::{Name, TSigner};
+use hickory_proto::rr::{Name, TSigResponseContext, TSigner};
 
 const ZONE: &str = "clusterset.local.";
 const V4_REVERSE: &str = "243.in-addr.arpa.";
@@ -404,4 +404,81 @@ fn check_with_key(file: &str) -> std::process::Output {
         "--tsig-key",
         file,
     ])
+}
+
+/// RFC 8945 §5.1 and §5.4 on NOTIFY: each NOTIFY carries a TSIG that the
+/// key verifies; an unsigned NOERROR answer does not acknowledge it (it is
+/// counted `malformed` and the NOTIFY resent); an answer signed with the
+/// key over the NOTIFY's MAC does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_is_signed_and_only_a_signed_answer_acknowledges_it() {
+    let secondary = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let target = secondary.local_addr().unwrap().to_string();
+    let spec = key();
+    let (_cs, server, _keys) = signed_server(&spec, &["--notify", &target]).await;
+    let signer = signer(&spec);
+    let receive = async || {
+        let mut buffer = [0u8; 4096];
+        let (len, from) =
+            tokio::time::timeout(Duration::from_secs(30), secondary.recv_from(&mut buffer))
+                .await
+                .expect("a NOTIFY within 30 s")
+                .unwrap();
+        (buffer[..len].to_vec(), from)
+    };
+    // The answer to `notify`, signed over its MAC or not.
+    let answer = |notify: &[u8], signed: bool| {
+        let (mac, _, window) = signer
+            .verify_message_byte(notify, None, true)
+            .expect("the NOTIFY is signed with the key");
+        assert!(window.contains(&now()), "signed now");
+        let mut reply = Message::from_vec(notify).expect("decodes");
+        assert_eq!(reply.metadata.op_code, hickory_proto::op::OpCode::Notify);
+        reply.take_signature();
+        reply.metadata.message_type = hickory_proto::op::MessageType::Response;
+        if signed {
+            let bytes = reply.to_vec().unwrap();
+            let context =
+                TSigResponseContext::new(reply.metadata.id, now(), signer.clone(), mac, None);
+            reply.set_signature(context.sign(&bytes).expect("signed"));
+        }
+        reply.to_vec().unwrap()
+    };
+    let metrics = server.running().metrics_addr;
+    let series = |result: &str| format!("clusterset_dns_notifies_total{{result=\"{result}\"}}");
+
+    let (first, from) = receive().await;
+    secondary
+        .send_to(&answer(&first, false), from)
+        .await
+        .unwrap();
+    eventually_within(
+        Duration::from_secs(10),
+        "the unsigned answer ignored",
+        1.0,
+        || async { scrape(metrics, &series("malformed")).await },
+    )
+    .await;
+    assert_eq!(scrape(metrics, &series("acknowledged")).await, 0.0);
+
+    // Answer the latest NOTIFY, signed, until one is taken (a resend may
+    // overtake an answer on a busy machine).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (latest, from) = receive().await;
+        secondary
+            .send_to(&answer(&latest, true), from)
+            .await
+            .unwrap();
+        let acknowledged = tokio::time::timeout(Duration::from_secs(3), async {
+            while scrape(metrics, &series("acknowledged")).await < 1.0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        if acknowledged.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no signed answer was taken");
+    }
 }
