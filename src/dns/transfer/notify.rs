@@ -126,14 +126,13 @@ async fn notify(
         let wait = RETRY.after(sent);
         let id = RandomState::new().hash_one(std::time::Instant::now()) as u16;
         let mut message = message(id, &soa);
-        let verifier = match &tsig {
+        let mut verifier = match &tsig {
             Some(key) => match sign::sign_request(&mut message, key, sign::now()) {
                 Ok(verifier) => Some(verifier),
                 Err(error) => return warn!(zone = %soa.name, %error, "cannot sign a NOTIFY"),
             },
             None => None,
         };
-        let mut verifier = verifier;
         let Ok(message) = message.to_vec() else {
             return warn!(zone = %soa.name, "cannot encode a NOTIFY");
         };

@@ -57,7 +57,7 @@ impl TsigKey {
     /// Reads the file again when it changes until `shutdown`; a changed key
     /// that parses is used for the next message, one that does not is
     /// logged and counted, and the previous key stays in use.
-    pub async fn follow(&self, metrics: Arc<DnsMetrics>, shutdown: CancellationToken) {
+    pub(crate) async fn follow(&self, metrics: Arc<DnsMetrics>, shutdown: CancellationToken) {
         let file = self.polled.file().display().to_string();
         self.polled
             .follow(shutdown, |changed| match changed {
