@@ -17,33 +17,48 @@ use super::ServiceKey;
 pub(crate) const PROTECTED_NAMESPACES: [&str; 3] =
     ["kube-system", "kube-public", "kube-node-lease"];
 
+/// The namespaces no cluster may export from: [`PROTECTED_NAMESPACES`] and
+/// those of this deployment (Kubernetes mode; none in embedded mode, whose
+/// manifests the operator wrote).
+#[derive(Clone, Debug, Default)]
+pub struct Protected(Vec<String>);
+
+impl Protected {
+    /// [`PROTECTED_NAMESPACES`] and `also` (the broker's namespace, this
+    /// program's own).
+    pub fn new(also: &[&str]) -> Self {
+        let all = PROTECTED_NAMESPACES.iter().chain(also);
+        Self(all.map(|ns| (*ns).to_owned()).collect())
+    }
+
+    /// Refuses a service in a protected namespace.
+    pub fn refuses(&self, key: &ServiceKey) -> Result<(), String> {
+        let namespace: &str = key.namespace();
+        match self.0.iter().any(|p| p == namespace) {
+            true => Err(format!("namespace {namespace} is protected")),
+            false => Ok(()),
+        }
+    }
+}
+
 /// The rules, as configured.
 #[derive(Clone, Debug)]
 pub struct Trust {
     /// Where VIPs may come from.
     pools: Vec<IpNet>,
     /// Namespaces whose services no record may name.
-    protected: Vec<String>,
+    protected: Protected,
 }
 
 impl Trust {
-    /// VIPs from `pools`; [`PROTECTED_NAMESPACES`] and `also` protected
-    /// (the broker's namespace, this program's own).
-    pub fn new(pools: Vec<IpNet>, also: &[&str]) -> Self {
-        let protected = PROTECTED_NAMESPACES.iter().chain(also);
-        Self {
-            pools,
-            protected: protected.map(|ns| (*ns).to_owned()).collect(),
-        }
+    /// VIPs from `pools`, no service of a `protected` namespace.
+    pub fn new(pools: Vec<IpNet>, protected: Protected) -> Self {
+        Self { pools, protected }
     }
 
     /// Refuses a service in a protected namespace.
     pub fn namespace(&self, key: &ServiceKey) -> Result<(), String> {
-        let namespace: &str = key.namespace();
-        match self.protected.iter().any(|p| p == namespace) {
-            true => Err(format!("namespace {namespace} is protected")),
-            false => Ok(()),
-        }
+        self.protected.refuses(key)
     }
 
     /// Refuses a VIP outside the configured pools.
@@ -131,7 +146,7 @@ mod tests {
                 "243.0.0.0/8".parse().unwrap(),
                 "fd00:c5e7::/48".parse().unwrap(),
             ],
-            &["clusterset-broker"],
+            Protected::new(&["clusterset-broker"]),
         );
         assert!(trust.namespace(&ServiceKey::new("shop", "web")).is_ok());
         for ns in [

@@ -32,7 +32,7 @@ use crate::engine::{ClusterInputs, Engine, PerCluster};
 use crate::k8s::crd::ServiceImportStatus;
 use crate::k8s::crd::{ClusterStatus, McsVersion, ServiceImport, ServiceImportSpec};
 use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER};
-use crate::model::conditions::Condition;
+use crate::model::conditions::{Condition, VALID};
 use crate::model::import::{Aggregate, Import};
 use crate::model::{
     ClusterId, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey, ServiceKind, SliceInfo,
@@ -292,9 +292,18 @@ pub(crate) fn publish(view: &View<'_>, key: &ServiceKey) -> Publish {
 fn local_export<'a>(
     view: &View<'a>,
 ) -> Option<(&'a ExportInfo, &'a ServiceInfo, &'a ClusterInputs)> {
-    let inputs = view.snapshot.inputs.get(&view.settings.cluster)?;
+    let cluster = &view.settings.cluster;
+    let inputs = view.snapshot.inputs.get(cluster)?;
     let service = inputs.service.as_deref()?;
     (service.kind != ServiceKind::ExternalName).then_some(())?;
+    // Refused by a rule of the engine's (a protected namespace): the other
+    // clusters would refuse it too.
+    let aggregate = view.snapshot.aggregate.as_ref();
+    let status = aggregate.and_then(|a| a.exports.iter().find(|e| e.cluster == *cluster));
+    let invalid = |c: &Condition| c.type_ == VALID && !c.status;
+    status
+        .is_none_or(|s| !s.conditions.iter().any(invalid))
+        .then_some(())?;
     Some((inputs.export.as_ref()?, service, inputs))
 }
 
@@ -567,7 +576,7 @@ mod tests {
     use crate::engine::aggregate::tests::{export, service};
     use crate::engine::{EngineSettings, VipSource};
     use crate::k8s::crd::{ServiceExport, ServiceExportStatus};
-    use crate::model::conditions::{CONFLICT, READY, VALID};
+    use crate::model::conditions::{CONFLICT, READY};
     use crate::model::port::ServicePort;
     use crate::model::{Change, Endpoint, Object};
     use crate::writeback::seen::Follow;
@@ -1001,6 +1010,24 @@ mod tests {
         };
         assert_eq!(ports(HERE), ["http", "metrics"]);
         assert_eq!(ports("east"), ["http"]);
+    }
+
+    /// Issue 46: an export the engine refuses (a protected namespace) is
+    /// not published: no export record, no slices on the broker.
+    #[test]
+    fn a_refused_export_is_not_published() {
+        let mut world = World::new(&[IpFamily::IPv4]);
+        world.engine = Engine::new(EngineSettings {
+            protected: crate::model::trust::Protected::new(&["shop"]),
+            vip_source: VipSource::Assigned,
+            ..EngineSettings::default()
+        });
+        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
+        let publish = world.plan().publish;
+        assert!(
+            publish.record.is_none() && publish.slices.is_empty(),
+            "{publish:?}"
+        );
     }
 
     /// Compared with stores their first list has not filled, everything

@@ -210,13 +210,14 @@ mod tests {
     use crate::k8s::crd::McsVersion;
     use crate::k8s::records::build::{export_record, slice_object, vip_record};
     use crate::model::ServiceKey;
+    use crate::model::trust::Protected;
 
     fn trust() -> Arc<Trust> {
         let pools = vec![
             "243.0.0.0/8".parse().unwrap(),
             "fd00:c5e7::/48".parse().unwrap(),
         ];
-        Arc::new(Trust::new(pools, &["clusterset-broker"]))
+        Arc::new(Trust::new(pools, Protected::new(&["clusterset-broker"])))
     }
 
     fn record(namespace: &str, cluster_ips: &[&str]) -> ServiceImport {
