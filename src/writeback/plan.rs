@@ -681,6 +681,20 @@ mod tests {
             ]);
         }
 
+        /// The user's ServiceExport of `key()` in this cluster, as watched
+        /// (no status yet); returned as written.
+        fn user_exported(&self) -> ServiceExport {
+            let metadata = ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("shop".into()),
+                ..ObjectMeta::default()
+            };
+            let export = versioned(ServiceExport::at(V, metadata, Default::default()));
+            let event = Event::Apply(export.clone());
+            self.caches.local_exports.on_event(&event);
+            export
+        }
+
         /// The broker's VIP record lists `vips` (the engine learns them).
         fn agreed(&mut self, vips: &[&str]) {
             self.engine.apply([Change::Vips(key(), ips(vips))]);
@@ -1066,19 +1080,7 @@ mod tests {
                 &key(),
                 ips(&["243.0.0.7"])[0],
             ))));
-        let user_export = ServiceExport::at(
-            V,
-            ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("shop".into()),
-                ..ObjectMeta::default()
-            },
-            Default::default(),
-        );
-        world
-            .caches
-            .local_exports
-            .on_event(&Event::Apply(versioned(user_export.clone())));
+        let user_export = world.user_exported();
 
         let plan = world.plan();
         let caches = &world.caches;
@@ -1134,19 +1136,7 @@ mod tests {
         let mut world = World::new(&[IpFamily::IPv4]);
         world.exports("east", 1, &["10.1.0.1"], &[("http", 80)]);
         world.exports(HERE, 2, &["10.0.0.1"], &[("http", 8080)]);
-        let export = ServiceExport::at(
-            V,
-            ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("shop".into()),
-                ..ObjectMeta::default()
-            },
-            Default::default(),
-        );
-        world
-            .caches
-            .local_exports
-            .on_event(&Event::Apply(versioned(export)));
+        world.user_exported();
         let conditions = world.plan().local.map(|l| l.export);
         let conditions = conditions
             .unwrap_or_else(|_| panic!("not claiming: east claims"))
