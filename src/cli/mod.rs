@@ -164,6 +164,12 @@ pub struct ServeArgs {
     #[arg(long, action = ArgAction::Append, value_delimiter = ',', value_name = "ADDR:PORT",
           help_heading = "Zone transfer")]
     pub notify: Vec<SocketAddr>,
+    /// TSIG key file (RFC 8945), as `tsig-keygen` prints it: `key "NAME" {
+    /// algorithm hmac-sha256; secret "BASE64"; };`. Zone transfers must then
+    /// be signed with it (unsigned ones get REFUSED), and NOTIFYs are signed
+    /// with it. Reloaded when the file changes.
+    #[arg(long, value_name = "FILE", help_heading = "Zone transfer")]
+    pub tsig_key: Option<PathBuf>,
     /// Answer PTR queries in this reverse zone (`243.in-addr.arpa`, nibble
     /// `ip6.arpa` zones); repeatable.
     #[arg(long, action = ArgAction::Append, value_delimiter = ',', value_name = "ZONE",

@@ -1,6 +1,6 @@
 //! `check`: validates a configuration the way `serve` would load it (flags,
 //! config file, manifest directory, VIP state and SOA serial files, or the API servers in
-//! Kubernetes mode, and the TLS certificate), without serving or writing.
+//! Kubernetes mode, the TLS certificate and the TSIG key), without serving or writing.
 
 use std::collections::BTreeSet;
 
@@ -30,6 +30,9 @@ pub async fn report(args: &ServeArgs) -> CheckReport {
         Ok(assembly) => manifests(args, assembly).await,
     };
     if let Err(error) = dns::check_tls(&assembly::tls_settings(&args.tls)) {
+        report.problems.push(format!("{error:#}"));
+    }
+    if let Some(Err(error)) = args.tsig_key.as_deref().map(dns::TsigKey::load) {
         report.problems.push(format!("{error:#}"));
     }
     report

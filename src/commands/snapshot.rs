@@ -189,11 +189,11 @@ fn read<K: Resource<DynamicType: Default>>(
 fn broker_view(records: &[ServiceImport], claims: Vec<(String, String)>) -> BrokerView {
     let mut view = BrokerView::default();
     for record in records {
-        let Some((key, cluster)) = records::labelled_service(&record.metadata) else {
+        let Some((key, cluster)) = records::read::labelled_service(&record.metadata) else {
             continue;
         };
         let (namespace, name) = (key.namespace().to_string(), key.name().to_string());
-        match records::role(record) {
+        match records::read::role(record) {
             Some(Role::Export) => view.export_records.push(ExportRecordRow {
                 namespace,
                 name,
@@ -202,7 +202,7 @@ fn broker_view(records: &[ServiceImport], claims: Vec<(String, String)>) -> Brok
             Some(Role::Import) => view.vip_records.push(VipRecordRow {
                 namespace,
                 name,
-                vips: records::record_vips(record),
+                vips: records::read::record_vips(record),
             }),
             None => {}
         }

@@ -37,6 +37,7 @@ pub struct DnsMetrics {
     pub tls: TlsMetrics,
     transfers: IntCounterVec,
     notifies: IntCounterVec,
+    tsig_reloads: IntCounterVec,
     /// Accept errors of every listener, DNS or not, by listener and class.
     pub accept_errors: IntCounterVec,
 }
@@ -67,6 +68,8 @@ pub struct TlsMetrics {
     pub handshake_failures: IntCounter,
     /// Certificate reloads by result (`loaded`, `rejected`: the old one kept serving).
     reloads: IntCounterVec,
+    /// When the certificate served expires (its notAfter), in Unix seconds.
+    pub expiry: IntGauge,
 }
 
 impl TlsMetrics {
@@ -95,6 +98,14 @@ impl TlsMetrics {
                     ),
                     &["result"],
                 ),
+            ),
+            // Prometheus's naming for a point in time: `_timestamp_seconds`.
+            expiry: register(
+                registry,
+                IntGauge::with_opts(opts(
+                    "tls_certificate_expiry_timestamp_seconds",
+                    "When the DNS over TLS certificate in service expires (its notAfter), in seconds since the Unix epoch; set at start-up and on each reload.",
+                )),
             ),
         }
     }
@@ -196,7 +207,7 @@ impl DnsMetrics {
                 IntCounterVec::new(
                     opts(
                         "zone_transfers_total",
-                        "Zone transfer requests by type (AXFR, IXFR) and result (full, current: the SOA alone, refused: address not allowed, notauth: not a zone apex, servfail: not loaded yet).",
+                        "Zone transfer requests by type (AXFR, IXFR) and result (full, current: the SOA alone, refused: address not allowed or, with --tsig-key, not signed; badkey, badsig, badtime: the TSIG check failed (RFC 8945 §5.2); notauth: not a zone apex, servfail: not loaded yet).",
                     ),
                     &["type", "result"],
                 ),
@@ -211,8 +222,24 @@ impl DnsMetrics {
                     &["result"],
                 ),
             ),
+            tsig_reloads: register(
+                registry,
+                IntCounterVec::new(
+                    opts(
+                        "tsig_key_reloads_total",
+                        "Changed TSIG key files read, by result (loaded; rejected: the previous key stays in use).",
+                    ),
+                    &["result"],
+                ),
+            ),
             accept_errors,
         }
+    }
+
+    /// Counts a changed TSIG key file that was put in use (`true`) or rejected.
+    pub(crate) fn tsig_key_reloaded(&self, loaded: bool) {
+        let result = if loaded { "loaded" } else { "rejected" };
+        self.tsig_reloads.with_label_values(&[result]).inc();
     }
 
     /// Counts a zone transfer request.

@@ -51,6 +51,9 @@ pub struct Policy<'a> {
     pub local_families: &'a [IpFamily],
     /// Whether exports without the VIP annotation get clusterset VIPs.
     pub clusterset_ip: bool,
+    /// Whether the service's namespace is protected: every export of it is
+    /// refused (see `model/trust.rs`).
+    pub namespace_protected: bool,
 }
 
 /// Aggregates one service's inputs.
@@ -62,6 +65,15 @@ pub(crate) fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
         let Some(export) = &input.export else {
             continue;
         };
+        if policy.namespace_protected {
+            exports.push(invalid(
+                cluster,
+                reason::NAMESPACE_PROTECTED,
+                reason::FAILED,
+                "Services of a protected namespace cannot be exported",
+            ));
+            continue;
+        }
         match &input.service {
             None => exports.push(invalid(
                 cluster,
@@ -510,6 +522,7 @@ pub(crate) mod tests {
             &Policy {
                 local_families,
                 clusterset_ip: true,
+                namespace_protected: false,
             },
         )
     }

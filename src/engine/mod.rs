@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::model::conditions::ConflictReason;
 use crate::model::import::{Aggregate, Import, ImportCluster};
+use crate::model::trust::Protected;
 use crate::model::{
     Change, ClusterId, Hasher, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey,
 };
@@ -47,6 +48,9 @@ pub struct EngineSettings {
     /// "Namespace sameness": a member without the namespace has no
     /// ServiceImport, so its DNS has no names for it).
     pub namespaces_known: bool,
+    /// Namespaces whose exports are refused (`Valid=False`): Kubernetes
+    /// mode's, see [`crate::model::trust`].
+    pub protected: Protected,
 }
 
 impl Default for EngineSettings {
@@ -58,6 +62,7 @@ impl Default for EngineSettings {
             vip_source: VipSource::Allocate,
             local_cluster: None,
             namespaces_known: false,
+            protected: Protected::default(),
         }
     }
 }
@@ -112,6 +117,8 @@ pub struct Engine {
     local_cluster: Option<ClusterId>,
     /// The local cluster's namespaces, when imports are served only there.
     namespaces: Option<HashSet<Arc<str>>>,
+    /// Namespaces whose exports are refused.
+    protected: Protected,
     stats: Stats,
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
@@ -193,6 +200,7 @@ impl Engine {
             vip_source: settings.vip_source,
             local_cluster: settings.local_cluster,
             namespaces: settings.namespaces_known.then(HashSet::new),
+            protected: settings.protected,
             stats: Stats::default(),
             inputs: HashMap::default(),
             results: HashMap::default(),
@@ -446,6 +454,7 @@ impl Engine {
         let policy = Policy {
             local_families: &self.local_families,
             clusterset_ip: self.clusterset_ip,
+            namespace_protected: self.protected.refuses(key).is_err(),
         };
         let mut result = aggregate::aggregate(inputs, &policy);
         if let Some(import) = &mut result.import {
@@ -551,6 +560,7 @@ fn addresses(entry: &ClusterInputs, reference: &ObjectRef) -> (ObjectRef, Vec<Ip
 mod tests {
     use super::aggregate::tests::{export, service, slice};
     use super::*;
+    use crate::model::conditions::{VALID, reason};
 
     fn key() -> ServiceKey {
         ServiceKey::new("shop", "web")
@@ -594,6 +604,36 @@ mod tests {
         assert_eq!(updates, vec![(key(), None)]);
         assert!(engine.vips_mut().allocations().is_empty());
         assert!(engine.get(&key()).is_none());
+    }
+
+    /// Issue 46 (Lighthouse's protected namespaces, CVE-2026-66788): in
+    /// Kubernetes mode an export of a protected namespace is refused with
+    /// `Valid=False` in its own cluster (KEP-1645 leaves other reasons to
+    /// the controller) and makes no import; other namespaces are unchanged.
+    #[test]
+    fn exports_of_protected_namespaces_are_invalid() {
+        let mut engine = Engine::new(EngineSettings {
+            protected: Protected::new(&["clusterset-dns"]),
+            ..EngineSettings::default()
+        });
+        let dns = ServiceKey::new("kube-system", "kube-dns");
+        for key in [dns.clone(), key()] {
+            engine.apply([
+                Change::Upsert(
+                    "east".into(),
+                    key.clone(),
+                    Object::Service(Arc::new(service(&["10.0.0.1"], &[("dns", 53)]))),
+                ),
+                Change::Upsert("east".into(), key, Object::Export(export(1).into())),
+            ]);
+        }
+        let refused = engine.get(&dns).expect("the export's status is kept");
+        assert!(refused.import.is_none());
+        let conditions = &refused.exports[0].conditions;
+        let valid = conditions.iter().find(|c| c.type_ == VALID).unwrap();
+        assert!(!valid.status);
+        assert_eq!(valid.reason, reason::NAMESPACE_PROTECTED);
+        assert!(engine.get(&key()).unwrap().import.is_some());
     }
 
     /// Loaded facts are not reconciled (no import, no VIP) until the next

@@ -113,6 +113,9 @@ pub(crate) mod reason {
     pub(crate) const NO_SERVICE: &str = "NoService";
     /// ServiceExport `Valid=False`: an ExternalName Service.
     pub(crate) const INVALID_SERVICE_TYPE: &str = "InvalidServiceType";
+    /// ServiceExport `Valid=False`: a Service of a protected namespace
+    /// (`model/trust.rs`; this program's reason, as the MCS API allows).
+    pub(crate) const NAMESPACE_PROTECTED: &str = "NamespaceProtected";
     /// ServiceExport `Ready=True`: the export is in the import (pushed to the broker).
     pub(crate) const EXPORTED: &str = "Exported";
     /// ServiceExport `Ready=False` while it cannot take effect yet (no
@@ -145,8 +148,9 @@ pub(crate) enum On {
 /// by commas. The engine's tests check that it writes nothing else (so it
 /// is compiled for tests only).
 #[cfg(test)]
-pub(crate) const WRITTEN: [(On, &str, bool, &str); 10] = [
+pub(crate) const WRITTEN: [(On, &str, bool, &str); 11] = [
     (On::ServiceExport, VALID, true, reason::VALID),
+    (On::ServiceExport, VALID, false, reason::NAMESPACE_PROTECTED),
     (On::ServiceExport, VALID, false, reason::NO_SERVICE),
     (
         On::ServiceExport,
@@ -252,6 +256,10 @@ mod tests {
     /// program's, so a disagreement about it has no upstream name.
     const EXTENSIONS: [ConflictReason; 1] = [ConflictReason::ClusterSetIPConflict];
 
+    /// Likewise the refusal of a protected namespace's export (issue 46;
+    /// Lighthouse refuses them too, under a reason of its own).
+    const OWN_REASONS: [&str; 1] = [reason::NAMESPACE_PROTECTED];
+
     fn upstream(on: On, type_: &str, status: &str, reason: &str) -> bool {
         UPSTREAM.contains(&(on, type_, status, reason))
     }
@@ -261,7 +269,7 @@ mod tests {
         for (on, type_, status, reason) in WRITTEN {
             let status = if status { "True" } else { "False" };
             assert!(
-                upstream(on, type_, status, reason),
+                upstream(on, type_, status, reason) != OWN_REASONS.contains(&reason),
                 "{on:?} {type_}={status} {reason} is not an mcs-api v0.5 reason"
             );
         }

@@ -8,6 +8,7 @@ pub(crate) mod conditions;
 pub(crate) mod import;
 pub(crate) mod intern;
 pub(crate) mod port;
+pub(crate) mod trust;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -38,6 +38,7 @@ pub struct Metrics {
     synced_at: Mutex<BTreeMap<String, Instant>>,
     watch_restarts: IntCounterVec,
     watch_errors: IntCounterVec,
+    objects_ignored: IntCounterVec,
     watch_not_served: IntGaugeVec,
     api_writes: IntCounterVec,
     leader: IntGauge,
@@ -161,6 +162,16 @@ impl Metrics {
                     &["source", "resource"],
                 ),
             ),
+            objects_ignored: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "watch_objects_ignored_total",
+                        "Watched objects ignored, by resource: unreadable, or refused by a rule of trust between clusters (a VIP outside the pools, an unroutable address, a protected namespace); the facts each gave before stay. The log line names the object and the reason.",
+                    ),
+                    &["resource"],
+                ),
+            ),
             watch_not_served: register(
                 &registry,
                 IntGaugeVec::new(
@@ -253,6 +264,11 @@ impl Metrics {
         self.watch_restarts
             .with_label_values(&[source, resource])
             .inc();
+    }
+
+    /// Counts a watched object that was ignored (see `watch_objects_ignored_total`).
+    pub fn object_ignored(&self, resource: &str) {
+        self.objects_ignored.with_label_values(&[resource]).inc();
     }
 
     /// Counts a failed watch request.

@@ -22,6 +22,8 @@ use crate::engine::vip::VipPools;
 use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
+use crate::model::IpFamily;
+use crate::model::trust::{Protected, Trust};
 use crate::plumbing::listen::Caps;
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
@@ -100,14 +102,21 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
         }
         SourceKind::Kubernetes => {
             let connection = client::connect(&connection_settings(&args.kubernetes)).await?;
+            // The namespaces of the broker's shared state and of this
+            // program (where its leader Lease is) are protected too.
+            let broker_namespace = args.kubernetes.broker_namespace.clone();
+            let own = [broker_namespace.as_str(), &args.kubernetes.lease_namespace];
+            let protected = Protected::new(&own);
             let engine = EngineSettings {
+                protected: protected.clone(),
                 vip_source: VipSource::Assigned,
                 local_cluster: Some(connection.cluster.clone()),
                 namespaces_known: true,
                 ..engine_settings(clusterset)
             };
-            let broker_namespace = args.kubernetes.broker_namespace.clone();
-            let facts = FactSources::new(&connection, &broker_namespace);
+            let pools = [IpFamily::IPv4, IpFamily::IPv6].map(|f| engine.pools.pool(f));
+            let trust = Trust::new(pools.to_vec(), protected);
+            let facts = FactSources::new(&connection, &broker_namespace, trust);
             let source = Kubernetes {
                 connection,
                 broker_namespace,

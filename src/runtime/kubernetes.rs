@@ -42,12 +42,14 @@ use crate::sources::kubernetes::client::Connection;
 use crate::sources::kubernetes::readers::{FactSource, FactSources};
 use crate::sources::kubernetes::served::Place;
 use crate::sources::kubernetes::watch::{Merged, Watches, batches};
+use crate::writeback::caches::Caches;
 use crate::writeback::heartbeat::{self, Heartbeat, Liveness};
 use crate::writeback::lease::{self, Candidate};
+use crate::writeback::plan::WriterSettings;
 use crate::writeback::queue::{Lane, WorkQueue};
 use crate::writeback::seen::Follow;
 use crate::writeback::vip_claims::{self, VipClaims};
-use crate::writeback::writer::{Caches, WriteError, Writer, WriterSettings};
+use crate::writeback::writer::{WriteError, Writer};
 
 /// Writers working on different services at once.
 const WORKERS: usize = 8;

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cli::{OperationsArgs, ServeArgs};
-use crate::dns::{DnsServer, TlsListener, TransferPolicy, notify};
+use crate::dns::{DnsServer, TlsListener, TransferPolicy, TsigKey, notify};
 use crate::explain::shared::Published;
 use crate::index::Index;
 use crate::model::Change;
@@ -93,13 +93,20 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         caps.push(("tls", &mut tls_limits.caps));
     }
     fit_open_files(&mut caps, args.udp_workers as u64);
+    let tsig = args.tsig_key.as_deref().map(TsigKey::load).transpose()?;
+    let tsig = tsig.map(Arc::new);
+    let transfers = TransferPolicy::new(
+        args.transfer_allow.clone(),
+        tsig.clone(),
+        metrics.dns.clone(),
+    );
     let dns = DnsServer::bind(
         args.listen,
         args.udp_workers,
         limits,
         index.clone(),
         metrics.dns.clone(),
-        TransferPolicy::new(args.transfer_allow.clone(), metrics.dns.clone()),
+        transfers,
     )
     .await
     .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -122,12 +129,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             index.clone(),
             metrics.dns.clone(),
             tls_limits,
+            tsig.clone(),
             shutdown.clone(),
         )
     });
     let notifier = notify::run(
         index.clone(),
         args.notify.clone(),
+        tsig,
         metrics.dns.clone(),
         shutdown.clone(),
     );

@@ -4,9 +4,11 @@
 //! heartbeat.
 
 pub(crate) mod api;
+pub(crate) mod caches;
 pub(crate) mod heartbeat;
 pub mod lease;
 pub(crate) mod observed;
+pub(crate) mod plan;
 pub(crate) mod queue;
 pub(crate) mod seen;
 pub(crate) mod slices;

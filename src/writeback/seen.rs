@@ -250,7 +250,8 @@ fn name_of(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::records::{LABEL_SLICE_MANAGED_BY, MANAGER, labelled_service};
+    use crate::k8s::records::read::labelled_service;
+    use crate::k8s::records::{LABEL_SLICE_MANAGED_BY, MANAGER};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -93,12 +93,14 @@ impl Plan<'_> {
         match self.owner {
             Some(owner) => {
                 let namespace = Some(key.namespace().to_string());
-                let mut object = records::slice_object(name, namespace, key, cluster, &self.slice);
+                let mut object =
+                    records::build::slice_object(name, namespace, key, cluster, &self.slice);
                 object.metadata.owner_references = Some(vec![owner.clone()]);
                 object
             }
             None => {
-                let mut object = records::slice_object(name, None, key, cluster, &self.slice);
+                let mut object =
+                    records::build::slice_object(name, None, key, cluster, &self.slice);
                 kube::ResourceExt::annotations_mut(&mut object)
                     .insert(records::ANNOTATION_SOURCE_SLICE.into(), self.source.into());
                 object
@@ -200,6 +202,16 @@ pub(crate) fn import_owner(version: McsVersion, key: &ServiceKey, uid: String) -
         name: key.name().to_string(),
         uid,
         ..OwnerReference::default()
+    }
+}
+
+/// Makes a member's MCS EndpointSlice owned by the ServiceImport of `uid`
+/// (planned before a new import's write answered its uid).
+pub(crate) fn set_owner_uid(slice: &mut EndpointSlice, uid: &str) {
+    for owner in slice.metadata.owner_references.iter_mut().flatten() {
+        if owner.uid != uid {
+            owner.uid = uid.to_owned();
+        }
     }
 }
 

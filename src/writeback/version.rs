@@ -105,7 +105,7 @@ pub(crate) fn fingerprint(value: &impl Hash) -> u64 {
 /// precondition and to know whether it is this controller's to delete. Not
 /// its `uid`: a `resourceVersion` precondition already fails for any other
 /// object of the name (versions are the store's revisions, never reused),
-/// and only a ServiceImport's uid is read (`writer.rs`, `WrittenImport`).
+/// and only a ServiceImport's uid is read (`caches.rs`, `WrittenImport`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Version {
     /// `metadata.resourceVersion`.

@@ -6,7 +6,7 @@
 //!   an address belong to one service only, whichever clusters allocate for
 //!   whichever services at the same moment (the trick of the Kubernetes
 //!   ClusterIP allocator, KEP-1880);
-//! - the service's **VIP record** (see [`records::vip_record`]), listing its
+//! - the service's **VIP record** (see [`records::build::vip_record`]), listing its
 //!   VIPs: created by the first cluster to allocate (`AlreadyExists` for the
 //!   others, which then adopt it) and extended with `resourceVersion`
 //!   preconditions (`Conflict`: re-read, recompute, retry).
@@ -129,7 +129,7 @@ impl VipClaims {
             let record = api.get_opt(name).await?;
             let mut vips = record
                 .as_ref()
-                .map(records::record_vips)
+                .map(records::read::record_vips)
                 .unwrap_or_default();
             let missing: Vec<IpFamily> = families
                 .iter()
@@ -143,7 +143,7 @@ impl VipClaims {
                 let ip = self.claim(key, family, candidates(family), mine).await?;
                 vips.push(ip);
             }
-            let mut wanted = records::vip_record(version, key, &vips);
+            let mut wanted = records::build::vip_record(version, key, &vips);
             let written = match record {
                 None => api.create(&PostParams::default(), &wanted).await,
                 Some(current) => {
@@ -260,7 +260,7 @@ impl VipClaims {
             Err(e) if is_code(&e, 404) || is_code(&e, 409) => return Ok(()),
             Err(e) => return Err(e),
         }
-        for ip in records::record_vips(&record) {
+        for ip in records::read::record_vips(&record) {
             self.unclaim(key, ip).await?;
         }
         Ok(())
@@ -350,7 +350,8 @@ pub fn claim_name(ip: IpAddr) -> String {
     format!("clusterset-vip-{address}")
 }
 
-fn claim(key: &ServiceKey, ip: IpAddr) -> ConfigMap {
+/// The claim `key` holds on `ip`.
+pub(crate) fn claim(key: &ServiceKey, ip: IpAddr) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(claim_name(ip)),

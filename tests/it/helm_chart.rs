@@ -479,6 +479,37 @@ fn monitoring_objects_follow_config_monitoring_and_only_when_asked() {
     assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
 }
 
+/// The NetworkPolicy is config/kubernetes/network-policy.yaml, rendered
+/// only with `networkPolicy.enabled` (off by default: its egress must fit
+/// the cluster's API servers), and only where clusterset-dns runs.
+#[test]
+fn the_network_policy_is_network_policy_yaml_and_only_when_asked() {
+    let Some(helm) = helm() else { return };
+    let policies = |args: &[&str], release: &str| -> Vec<Value> {
+        render(&helm, release, release, args)
+            .into_iter()
+            .filter(|d| d["kind"] == "NetworkPolicy")
+            .collect()
+    };
+    assert!(policies(&[], "clusterset-dns").is_empty(), "off by default");
+    let enabled = ["--set", "networkPolicy.enabled=true"];
+    assert_same(
+        "the NetworkPolicy",
+        policies(&enabled, "clusterset-dns"),
+        file("config/kubernetes/network-policy.yaml"),
+    );
+    let broker = [
+        "--set",
+        "mode=broker,networkPolicy.enabled=true",
+        "--set",
+        "broker.members={east}",
+    ];
+    assert!(
+        policies(&broker, "clusterset-broker").is_empty(),
+        "a broker release runs nothing to guard"
+    );
+}
+
 /// The values an operator sets reach the objects: the release's namespace
 /// everywhere a namespace is named (the policy's username, the binding's
 /// subject), the cluster id and image as args, the broker's kubeconfig as

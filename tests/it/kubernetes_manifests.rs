@@ -12,6 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -23,9 +24,10 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const KUSTOMIZATION: &str = "config/kubernetes";
 /// The manifests the kustomization leaves out, applied on their own (see
 /// its comments).
-const STANDALONE: [&str; 3] = [
+const STANDALONE: [&str; 4] = [
     "config/kubernetes/rbac-broker.yaml",
     "config/kubernetes/endpointslice-policy.yaml",
+    "config/kubernetes/network-policy.yaml",
     "config/kubernetes/manifests-demo.yaml",
 ];
 
@@ -85,6 +87,7 @@ fn check(doc: &Value) -> Result<(), String> {
         ("v1", "Service") => round_trip::<Service>(doc),
         ("apps/v1", "Deployment") => round_trip::<Deployment>(doc),
         ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(doc),
+        ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<NetworkPolicy>(doc),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(doc),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
             round_trip::<ClusterRoleBinding>(doc)
@@ -185,4 +188,87 @@ fn a_typo_in_a_deployment_is_caught() {
     );
     deployment["spec"]["replicas"] = Value::from("two");
     assert!(check(&deployment).is_err(), "a string where a number goes");
+}
+
+/// The ports the rules of `rules` open, as (port, protocol), to the peers
+/// `peers` (compared as written; null: a rule naming none, every peer).
+fn opened(rules: &Value, peers: &Value) -> Vec<(i64, String)> {
+    rules
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|rule| rule.get("from").or(rule.get("to")).unwrap_or(&Value::Null) == peers)
+        .flat_map(|rule| rule["ports"].as_array().cloned().unwrap_or_default())
+        .map(|p| {
+            let port = p["port"].as_i64().expect("numeric ports");
+            (port, p["protocol"].as_str().unwrap_or("TCP").to_owned())
+        })
+        .collect()
+}
+
+/// network-policy.yaml fits the Deployment it guards: it selects its Pods,
+/// opens DNS (each container port named dns-*, with its protocol) to every
+/// namespace and the metrics port to the `monitoring` namespace only, and
+/// lets the Pods reach API servers (443, 6443) and DNS.
+#[test]
+fn the_network_policy_opens_the_deployments_ports_and_no_more() {
+    let rendered = kustomize();
+    let deployment = rendered
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let policy = documents(
+        &std::fs::read_to_string(Path::new(ROOT).join("config/kubernetes/network-policy.yaml"))
+            .expect("network-policy.yaml"),
+        "network-policy.yaml",
+    )
+    .remove(0);
+    let spec = &policy["spec"];
+    assert_eq!(
+        spec["podSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+    assert_eq!(
+        spec["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    let ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("container ports");
+    let port = |name: &str| {
+        let p = ports.iter().find(|p| p["name"] == name).expect(name);
+        let protocol = p["protocol"].as_str().unwrap_or("TCP").to_owned();
+        (p["containerPort"].as_i64().expect("a port"), protocol)
+    };
+    let cluster = opened(
+        &spec["ingress"],
+        &serde_json::json!([{"namespaceSelector": {}}]),
+    );
+    assert_eq!(
+        cluster,
+        vec![port("dns-udp"), port("dns-tcp"), (8853, "TCP".into())],
+        "DNS (and DNS over TLS) from every namespace"
+    );
+    let monitoring = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]);
+    assert_eq!(
+        opened(&spec["ingress"], &monitoring),
+        vec![port("metrics")],
+        "metrics from the monitoring namespace"
+    );
+    assert_eq!(
+        spec["ingress"].as_array().unwrap().len(),
+        2,
+        "no other way in"
+    );
+    let anywhere = opened(&spec["egress"], &Value::Null);
+    for needed in [(443, "TCP"), (6443, "TCP"), (53, "UDP"), (53, "TCP")] {
+        assert!(
+            anywhere.contains(&(needed.0, needed.1.to_owned())),
+            "egress to {needed:?} in {anywhere:?}"
+        );
+    }
 }

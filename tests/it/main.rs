@@ -43,5 +43,6 @@ mod resolvers;
 mod tcp_limits;
 mod tls;
 mod transfer;
+mod transfer_tsig;
 mod version_skew;
 mod vips;

@@ -179,6 +179,13 @@ async fn kdig_over_tls_gets_what_tcp_gets() {
 
 /// Polls a counter until it reaches `expected` (the server counts a failed
 /// handshake once it has read the client's alert); its last value.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
 async fn wait_for_metric(metrics: SocketAddr, series: &str, expected: f64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
@@ -259,7 +266,14 @@ async fn a_rotated_certificate_is_served_without_restart() {
     let mut open = connect(&pki, tls).await;
     assert_eq!(presented(&open), first);
 
-    let second = pki.issue("second", 202);
+    // The expiry gauge is the served certificate's notAfter: a day from
+    // now, then 30 days once the 30-day certificate is taken.
+    let expiry = "clusterset_dns_tls_certificate_expiry_timestamp_seconds";
+    let days_left = || async { (scrape(metrics, expiry).await - unix_now()) / 86400.0 };
+    let left = days_left().await;
+    assert!((0.99..=1.0).contains(&left), "{left} days left");
+
+    let second = pki.issue_for("second", 202, 30);
     assert_ne!(second, first);
     let deadline = Instant::now() + ROTATION_DEADLINE;
     loop {
@@ -294,6 +308,11 @@ async fn a_rotated_certificate_is_served_without_restart() {
     )
     .await;
     assert_eq!(rejected, 1.0, "the bad files are read and rejected");
+    let left = days_left().await;
+    assert!(
+        (29.99..=30.0).contains(&left),
+        "{left} days left: the second's, kept"
+    );
     let mut stream = connect(&pki, tls).await;
     assert_eq!(
         presented(&stream),

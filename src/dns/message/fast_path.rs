@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use hickory_proto::ProtoError;
 use hickory_proto::op::{Edns, Header, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::{Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
@@ -20,6 +21,7 @@ use crate::dns::message::question::COMMON_TYPES;
 use crate::dns::message::recent::{Recent, Response, View};
 use crate::dns::message::response::{Handled, MAX_UDP_PAYLOAD, Outcome, Problem, handle};
 use crate::dns::message::rotate::{self, Layout, next_turn};
+use crate::dns::tsig::key_file::TsigKey;
 use crate::index::Index;
 use crate::plumbing::log_limit::LogLimit;
 
@@ -48,13 +50,17 @@ pub fn respond(
     peer: SocketAddr,
     out: &mut Vec<u8>,
 ) -> Option<Outcome> {
-    answer(index, None, packet, peer, out)
+    answer(index, None, None, packet, peer, out)
 }
 
-/// [`respond`], looking in a worker's `recent` responses before the index's.
+/// [`respond`], looking in a worker's `recent` responses before the index's,
+/// and checking signed queries against `tsig` (RFC 8945; a secondary signs
+/// its SOA checks). A signed query never takes the fast path: its TSIG
+/// record is an additional record other than OPT.
 pub(crate) fn answer(
     index: &Index,
     recent: Option<&mut Recent>,
+    tsig: Option<&TsigKey>,
     packet: &[u8],
     peer: SocketAddr,
     out: &mut Vec<u8>,
@@ -69,13 +75,19 @@ pub(crate) fn answer(
             problem: query.edns_cut.then_some(Problem::EdnsOptions),
         });
     }
-    slow(index, packet, peer, out)
+    slow(index, tsig, packet, peer, out)
 }
 
 /// Builds the response with hickory, caching it when the name exists. An
 /// answer that rotates is sent rotated (ARCHITECTURE.md, "Load spread").
-fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Option<Outcome> {
-    let (request, response) = match handle(index, packet, peer, Protocol::Udp) {
+fn slow(
+    index: &Index,
+    tsig: Option<&TsigKey>,
+    packet: &[u8],
+    peer: SocketAddr,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
+    let (request, mut response) = match handle(index, packet, peer, Protocol::Udp) {
         Handled::Answered(request, response) => (request, response),
         Handled::Malformed(bytes, outcome) => {
             out.extend_from_slice(&bytes);
@@ -84,6 +96,14 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
         Handled::Ignored => return None,
     };
     let limit = response.udp_limit();
+    // A signed answer is neither cached nor rotated: its MAC covers its bytes.
+    let signed = response.signed(tsig, packet, &request, |r, room| {
+        let room = u16::try_from(room).unwrap_or(u16::MAX);
+        r.encode(&request.queries, true, limit.saturating_sub(room))
+    });
+    if let Some(signed) = signed {
+        return encoded(signed, peer, out);
+    }
     let edns = request.edns.as_ref().map(|e| e.flags().dnssec_ok);
     let opt: &[u8] = edns.map_or(&[], |dnssec_ok| &OPT[usize::from(dnssec_ok)]);
     let slot = match request.queries.queries() {
@@ -133,10 +153,20 @@ fn slow(index: &Index, packet: &[u8], peer: SocketAddr, out: &mut Vec<u8>) -> Op
         rotate::write(full, layout, next_turn(), usize::from(limit), opt, out);
         return Some(response.outcome(&request));
     }
-    match response.encode(&request.queries, true, limit) {
-        Ok(bytes) => {
+    let bytes = response.encode(&request.queries, true, limit);
+    encoded(bytes.map(|b| (b, response.outcome(&request))), peer, out)
+}
+
+/// Writes an encoded response into `out`, or logs why there is none.
+fn encoded(
+    response: Result<(Vec<u8>, Outcome), ProtoError>,
+    peer: SocketAddr,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
+    match response {
+        Ok((bytes, outcome)) => {
             out.extend_from_slice(&bytes);
-            Some(response.outcome(&request))
+            Some(outcome)
         }
         Err(error) => {
             if LOG_LIMIT.allow() {
@@ -409,7 +439,7 @@ mod tests {
                     while !stop.load(Ordering::Relaxed) {
                         for packet in &packets {
                             out.clear();
-                            answer(&index, Some(&mut recent), packet, peer, &mut out);
+                            answer(&index, Some(&mut recent), None, packet, peer, &mut out);
                         }
                         done.fetch_add(1, Ordering::Release);
                         std::thread::yield_now();
@@ -438,7 +468,7 @@ mod tests {
                     assert_eq!(cached, fresh, "round {round}: stale UDP answer");
                     assert_eq!(again, fresh, "round {round}: stale cached answer");
                     let mut kept = Vec::new();
-                    answer(&index, Some(&mut recent), packet, peer, &mut kept);
+                    answer(&index, Some(&mut recent), None, packet, peer, &mut kept);
                     assert_eq!(kept, fresh, "round {round}: stale recent answer");
                 }
             }
@@ -461,7 +491,7 @@ mod tests {
         let mut recent = Recent::default();
         let ask = |recent: &mut Recent| {
             let mut out = Vec::new();
-            answer(&index, Some(recent), packet, peer, &mut out).expect("answered");
+            answer(&index, Some(recent), None, packet, peer, &mut out).expect("answered");
             out
         };
         // Computed, then taken from the index and kept, then served from recent.
@@ -495,7 +525,7 @@ mod tests {
         let mut firsts = Vec::new();
         for _ in 0..7 {
             let mut out = Vec::new();
-            answer(&index, Some(&mut recent), &packet, peer, &mut out).expect("answered");
+            answer(&index, Some(&mut recent), None, &packet, peer, &mut out).expect("answered");
             assert_eq!(sorted(&out), sorted(&fresh(&index, &packet, peer)));
             firsts.push(Message::from_vec(&out).unwrap().answers[0].clone());
         }

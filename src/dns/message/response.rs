@@ -17,6 +17,8 @@ use crate::dns::message::encode::Sections;
 use crate::dns::message::opt_check::options_cut;
 use crate::dns::message::question;
 use crate::dns::message::rotate::{self, Layout, next_turn};
+use crate::dns::tsig::key_file::TsigKey;
+use crate::dns::tsig::sign::{self, SignedAnswer};
 use crate::index::{CacheSlot, Index};
 
 /// Responses to padded queries over TLS are padded to a multiple of this
@@ -158,6 +160,28 @@ impl Response {
             rcode: self.answer.code,
             problem: self.problem,
         }
+    }
+
+    /// The response to `request` (the bytes `packet`) when it carries a
+    /// TSIG, checked against `key` (RFC 8945 §5.2) and built by `encode`
+    /// (given the bytes to leave for the TSIG record), then signed (§5.3);
+    /// NOTAUTH when the TSIG fails. None when the request is unsigned.
+    pub(crate) fn signed(
+        &mut self,
+        key: Option<&TsigKey>,
+        packet: &[u8],
+        request: &Request,
+        encode: impl FnOnce(&mut Self, usize) -> Result<Vec<u8>, ProtoError>,
+    ) -> Option<Result<(Vec<u8>, Outcome), ProtoError>> {
+        let mut outcome = self.outcome(request);
+        let answered = sign::answer_query(key, packet, request, |room| encode(self, room))?;
+        Some(answered.map(|answer| match answer {
+            SignedAnswer::Signed(bytes) => (bytes, outcome),
+            SignedAnswer::Rejected(bytes) => {
+                outcome.rcode = ResponseCode::NotAuth;
+                (bytes, outcome)
+            }
+        }))
     }
 
     /// Where the response may be cached for the same question: an

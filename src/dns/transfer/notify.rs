@@ -2,7 +2,11 @@
 //! changes (debounced, so a burst of commits makes one round), every zone
 //! served (this one and the reverse zones) is announced to every secondary
 //! over UDP, each retried with backoff until a matching response comes or a
-//! newer change supersedes it. Secondaries then transfer the zone.
+//! newer change supersedes it. Secondaries then transfer the zone. With
+//! `--tsig-key` each NOTIFY is signed (RFC 8945 §5.1) and only a response
+//! signed with the same key acknowledges it (§5.4); an error response is
+//! taken unsigned, as a secondary that does not know the key sends it
+//! (§5.2.1), so that its code is logged.
 
 use std::convert::Infallible;
 use std::hash::{BuildHasher, RandomState};
@@ -19,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::dns::metrics::DnsMetrics;
+use crate::dns::tsig::key_file::TsigKey;
+use crate::dns::tsig::sign;
 use crate::index::Index;
 use crate::model::backoff::Backoff;
 use crate::plumbing::log_limit::LogLimit;
@@ -38,6 +44,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 pub async fn run(
     index: Arc<Index>,
     secondaries: Vec<SocketAddr>,
+    tsig: Option<Arc<TsigKey>>,
     metrics: Arc<DnsMetrics>,
     shutdown: CancellationToken,
 ) -> Infallible {
@@ -55,7 +62,13 @@ pub async fn run(
         for apex in apexes {
             let soa = index.soa_at(&apex);
             for &secondary in &secondaries {
-                let task = notify(secondary, soa.clone(), metrics.clone(), log.clone());
+                let task = notify(
+                    secondary,
+                    soa.clone(),
+                    tsig.clone(),
+                    metrics.clone(),
+                    log.clone(),
+                );
                 round.spawn(task);
             }
         }
@@ -91,7 +104,13 @@ async fn settled(
 }
 
 /// Notifies `secondary` of `soa` until it answers.
-async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<DnsMetrics>, log: Arc<LogLimit>) {
+async fn notify(
+    secondary: SocketAddr,
+    soa: Record,
+    tsig: Option<Arc<TsigKey>>,
+    metrics: Arc<DnsMetrics>,
+    log: Arc<LogLimit>,
+) {
     let local: SocketAddr = if secondary.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -106,7 +125,15 @@ async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<DnsMetrics>, lo
         sent += 1;
         let wait = RETRY.after(sent);
         let id = RandomState::new().hash_one(std::time::Instant::now()) as u16;
-        let Ok(message) = message(id, &soa).to_vec() else {
+        let mut message = message(id, &soa);
+        let mut verifier = match &tsig {
+            Some(key) => match sign::sign_request(&mut message, key, sign::now()) {
+                Ok(verifier) => Some(verifier),
+                Err(error) => return warn!(zone = %soa.name, %error, "cannot sign a NOTIFY"),
+            },
+            None => None,
+        };
+        let Ok(message) = message.to_vec() else {
             return warn!(zone = %soa.name, "cannot encode a NOTIFY");
         };
         if socket.send(&message).await.is_ok() {
@@ -124,7 +151,13 @@ async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<DnsMetrics>, lo
                 }
                 Err(_) => break,
             };
-            match response(&buffer[..len], id, &soa.name) {
+            let packet = &buffer[..len];
+            let code = response(packet, id, &soa.name).filter(|code| {
+                // §5.4: an acknowledgement counts only if signed with our key.
+                *code != ResponseCode::NoError
+                    || verifier.as_mut().is_none_or(|v| v.verify(packet).is_ok())
+            });
+            match code {
                 Some(ResponseCode::NoError) => return metrics.notify("acknowledged"),
                 Some(code) => {
                     metrics.notify("rejected");
@@ -136,7 +169,7 @@ async fn notify(secondary: SocketAddr, soa: Record, metrics: Arc<DnsMetrics>, lo
                 None => {
                     metrics.notify("malformed");
                     if log.allow() {
-                        warn!(%secondary, zone = %soa.name, "ignored a malformed or unmatched NOTIFY response");
+                        warn!(%secondary, zone = %soa.name, "ignored a malformed, unmatched or badly signed NOTIFY response");
                     }
                 }
             }

@@ -1,7 +1,10 @@
 //! Zone transfers over TCP: AXFR (RFC 5936) of this zone or a reverse zone,
 //! and IXFR (RFC 1995) answered with the SOA alone when the client's serial
 //! is current, else with the whole zone in AXFR form (RFC 1995 §4). Only
-//! addresses in `--transfer-allow` may transfer; others get REFUSED.
+//! addresses in `--transfer-allow` may transfer; others get REFUSED. With
+//! `--tsig-key` a request must also be signed with that key (RFC 8945):
+//! unsigned ones get REFUSED, badly signed ones NOTAUTH with the TSIG error
+//! (§5.2), and every message answering a good one is signed (§5.3.1).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -12,22 +15,34 @@ use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable};
 use ipnet::IpNet;
 
 use crate::dns::metrics::DnsMetrics;
+use crate::dns::tsig::key_file::TsigKey;
+use crate::dns::tsig::sign::{self, Verdict};
 use crate::index::{Index, serial};
 
 /// Most bytes of records (uncompressed) per message: below the 64 KiB a TCP
 /// message can hold (RFC 5936 §2.2), with room for the header, question and OPT.
 const MAX_RECORD_BYTES: usize = 60_000;
 
-/// Who may transfer, and where transfers are counted.
+/// Who may transfer, with which key, and where transfers are counted.
 pub struct TransferPolicy {
     allow: Vec<IpNet>,
+    tsig: Option<Arc<TsigKey>>,
     metrics: Arc<DnsMetrics>,
 }
 
 impl TransferPolicy {
-    /// Transfers allowed from `allow` only.
-    pub fn new(allow: Vec<IpNet>, metrics: Arc<DnsMetrics>) -> Self {
-        Self { allow, metrics }
+    /// Transfers allowed from `allow` only, and signed with `tsig` if set.
+    pub fn new(allow: Vec<IpNet>, tsig: Option<Arc<TsigKey>>, metrics: Arc<DnsMetrics>) -> Self {
+        Self {
+            allow,
+            tsig,
+            metrics,
+        }
+    }
+
+    /// The key transfers must be signed with (also checks signed queries).
+    pub(crate) fn tsig(&self) -> Option<&Arc<TsigKey>> {
+        self.tsig.as_ref()
     }
 
     fn allows(&self, peer: IpAddr) -> bool {
@@ -77,11 +92,28 @@ fn messages(
 ) -> Option<Vec<Vec<u8>>> {
     let request = Message::from_vec(packet).ok()?;
     let query = request.queries.first()?;
-    let kind = query.query_type();
-    let (result, records) = transfer(index, policy, &request, query, peer.ip());
-    policy
-        .metrics
-        .zone_transfer(&kind.to_string(), result.label());
+    let kind = query.query_type().to_string();
+    let now = sign::now();
+    let key = policy.tsig.as_deref();
+    let verdict = Verdict::of(key, packet, request.signature.as_deref(), now);
+    let (result, records, mut signing) = match verdict {
+        _ if !policy.allows(peer.ip()) => (TransferResult::Refused, Vec::new(), None),
+        Verdict::Rejected(rejection) => {
+            policy.metrics.zone_transfer(&kind, rejection.label());
+            let answer = rejection.answer(&request.metadata, Some(query), now);
+            return answer.ok().map(|bytes| vec![bytes]);
+        }
+        Verdict::Unsigned if key.is_some() => (TransferResult::Refused, Vec::new(), None),
+        Verdict::Unsigned => {
+            let (result, records) = transfer(index, &request, query);
+            (result, records, None)
+        }
+        Verdict::Valid(signing) => {
+            let (result, records) = transfer(index, &request, query);
+            (result, records, Some(signing))
+        }
+    };
+    policy.metrics.zone_transfer(&kind, result.label());
     let code = result.code();
     chunks(&records)
         .enumerate()
@@ -99,7 +131,12 @@ fn messages(
             if request.edns.is_some() {
                 message.set_edns(Edns::new());
             }
-            message.to_vec().ok()
+            let mut bytes = message.to_vec().ok()?;
+            // RFC 8945 §5.3.1: every message signed, each chained to the last.
+            if let Some(signing) = &mut signing {
+                signing.sign(&mut bytes, now).ok()?;
+            }
+            Some(bytes)
         })
         .collect::<Vec<_>>()
         .into()
@@ -138,16 +175,8 @@ impl TransferResult {
     }
 }
 
-fn transfer(
-    index: &Index,
-    policy: &TransferPolicy,
-    request: &Message,
-    query: &Query,
-    peer: IpAddr,
-) -> (TransferResult, Vec<Record>) {
-    if !policy.allows(peer) {
-        return (TransferResult::Refused, Vec::new());
-    }
+/// The records answering a transfer request that may be answered.
+fn transfer(index: &Index, request: &Message, query: &Query) -> (TransferResult, Vec<Record>) {
     if request.queries.len() != 1 || query.query_class() != DNSClass::IN {
         return (TransferResult::FormErr, Vec::new());
     }

@@ -1,11 +1,10 @@
 //! The TLS certificate and key, read from PEM files and read again when they
-//! change: cert-manager and kubelet rotate them by replacing the files (or the
-//! symlinks to them), so the files' contents are polled rather than watched.
-//! New handshakes get the newest good pair; a bad one keeps the old serving.
+//! change (`dns/polled.rs`). New handshakes get the newest good pair; a bad
+//! one keeps the old serving. The served certificate's expiry time is a
+//! metric, so that an alert fires before a rotation that never came.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use rustls::InconsistentKeys;
@@ -16,27 +15,21 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+use x509_cert::der::Decode;
 
 use crate::dns::metrics::DnsMetrics;
-
-/// How often the files are read to see whether they changed.
-const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+use crate::dns::polled::Polled;
 
 /// The certificate files and the pair currently served.
 pub(crate) struct Certificates {
-    cert_file: PathBuf,
-    key_file: PathBuf,
-    provider: Arc<CryptoProvider>,
-    current: RwLock<Arc<CertifiedKey>>,
-    /// The files as loaded, for [`Certificates::follow`] to compare with.
-    loaded: Mutex<Option<Contents>>,
+    polled: Polled<Pair>,
 }
 
-/// The bytes of both files, to notice a change.
-#[derive(Clone, PartialEq, Eq)]
-struct Contents {
-    cert: Vec<u8>,
-    key: Vec<u8>,
+/// A checked pair and when its certificate expires.
+struct Pair {
+    key: Arc<CertifiedKey>,
+    /// The server certificate's notAfter (RFC 5280 §4.1.2.5), Unix seconds.
+    not_after: i64,
 }
 
 impl Certificates {
@@ -46,42 +39,30 @@ impl Certificates {
         key_file: &Path,
         provider: Arc<CryptoProvider>,
     ) -> anyhow::Result<Self> {
-        let contents = read(cert_file, key_file)?;
-        let current = parse(&contents, cert_file, key_file, &provider)?;
-        Ok(Self {
-            cert_file: cert_file.to_owned(),
-            key_file: key_file.to_owned(),
-            provider,
-            current: RwLock::new(Arc::new(current)),
-            loaded: Mutex::new(Some(contents)),
-        })
+        let files = vec![
+            (cert_file.to_owned(), "TLS certificate"),
+            (key_file.to_owned(), "TLS key"),
+        ];
+        let (cert_path, key_path) = (cert_file.to_owned(), key_file.to_owned());
+        let polled = Polled::load(files, move |contents| {
+            parse(contents, &cert_path, &key_path, &provider)
+        })?;
+        Ok(Self { polled })
     }
 
-    /// Reads the files every [`RELOAD_INTERVAL`] until `shutdown`, and serves
-    /// a changed pair once it is valid. A changed pair that is not (or files
-    /// that cannot be read) is logged once and counted; the previous pair
-    /// keeps serving.
-    pub(crate) async fn follow(
-        self: Arc<Self>,
-        metrics: Arc<DnsMetrics>,
-        shutdown: CancellationToken,
-    ) {
-        let mut seen = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).take();
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(RELOAD_INTERVAL) => {}
-                () = shutdown.cancelled() => return,
-            }
-            let now = read(&self.cert_file, &self.key_file);
-            if now.as_ref().ok() == seen.as_ref() {
-                continue;
-            }
-            seen = now.as_ref().ok().cloned();
-            match now.and_then(|c| parse(&c, &self.cert_file, &self.key_file, &self.provider)) {
+    /// Publishes the expiry of the pair in service, then reads the files
+    /// every few seconds until `shutdown` and serves a changed pair once it
+    /// is valid. A changed pair that is not (or files that cannot be read)
+    /// is logged once and counted; the previous pair keeps serving.
+    pub(crate) async fn follow(&self, metrics: Arc<DnsMetrics>, shutdown: CancellationToken) {
+        metrics.tls.expiry.set(self.polled.current().not_after);
+        let cert = self.polled.file().display().to_string();
+        self.polled
+            .follow(shutdown, |changed| match changed {
                 Ok(pair) => {
-                    *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(pair);
                     metrics.tls.reloaded(true);
-                    info!(cert = %self.cert_file.display(), "TLS certificate reloaded");
+                    metrics.tls.expiry.set(pair.not_after);
+                    info!(%cert, "TLS certificate reloaded");
                 }
                 Err(error) => {
                     metrics.tls.reloaded(false);
@@ -90,8 +71,8 @@ impl Certificates {
                         "TLS certificate not reloaded; the previous one keeps serving"
                     );
                 }
-            }
-        }
+            })
+            .await;
     }
 }
 
@@ -99,42 +80,29 @@ impl Certificates {
 impl std::fmt::Debug for Certificates {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Certificates")
-            .field("cert_file", &self.cert_file)
-            .field("key_file", &self.key_file)
+            .field("cert_file", &self.polled.file())
             .finish_non_exhaustive()
     }
 }
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        )
+        Some(self.polled.current().key.clone())
     }
 }
 
-fn read(cert_file: &Path, key_file: &Path) -> anyhow::Result<Contents> {
-    let read = |path: &Path, what: &str| {
-        std::fs::read(path)
-            .with_context(|| format!("cannot read the TLS {what} {}", path.display()))
-    };
-    Ok(Contents {
-        cert: read(cert_file, "certificate")?,
-        key: read(key_file, "key")?,
-    })
-}
-
-/// The pair in `contents`, checked: the certificate parses and the key is its own.
+/// The pair in `contents` (the certificate file's bytes, then the key
+/// file's), checked: the certificate parses and the key is its own.
 fn parse(
-    contents: &Contents,
+    contents: &[Vec<u8>],
     cert_file: &Path,
     key_file: &Path,
     provider: &CryptoProvider,
-) -> anyhow::Result<CertifiedKey> {
-    let chain = CertificateDer::pem_slice_iter(&contents.cert)
+) -> anyhow::Result<Pair> {
+    let [cert, key] = contents else {
+        unreachable!("two files are read")
+    };
+    let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("invalid PEM in the TLS certificate {}", cert_file.display()))?;
     anyhow::ensure!(
@@ -142,7 +110,8 @@ fn parse(
         "no certificate in the TLS certificate file {}",
         cert_file.display()
     );
-    let key = PrivateKeyDer::from_pem_slice(&contents.key)
+    let not_after = not_after(&chain[0], cert_file)?;
+    let key = PrivateKeyDer::from_pem_slice(key)
         .with_context(|| format!("no private key in the TLS key file {}", key_file.display()))?;
     let key = provider
         .key_provider
@@ -166,5 +135,20 @@ fn parse(
             anyhow::bail!("invalid TLS certificate {}: {error}", cert_file.display())
         }
     }
-    Ok(pair)
+    Ok(Pair {
+        key: Arc::new(pair),
+        not_after,
+    })
+}
+
+/// When `certificate` expires (its notAfter, RFC 5280 §4.1.2.5), in Unix seconds.
+fn not_after(certificate: &CertificateDer<'_>, cert_file: &Path) -> anyhow::Result<i64> {
+    let parsed = x509_cert::Certificate::from_der(certificate).with_context(|| {
+        format!(
+            "the first certificate in {} is not a valid X.509 certificate",
+            cert_file.display()
+        )
+    })?;
+    let not_after = parsed.tbs_certificate.validity.not_after.to_unix_duration();
+    Ok(i64::try_from(not_after.as_secs()).unwrap_or(i64::MAX))
 }

@@ -36,7 +36,8 @@ impl DnsServer {
     /// `listen` (port 0: one ephemeral port for all) and starts answering UDP.
     /// TCP connections are held to `tcp_limits` (fitted to the open-file
     /// limit by the caller: see `listen::fit_open_files`).
-    /// Zone transfers (TCP only) follow `transfers`.
+    /// Zone transfers (TCP only) follow `transfers`, and its TSIG key
+    /// checks signed queries on both transports.
     pub async fn bind(
         listen: SocketAddr,
         udp_workers: usize,
@@ -48,7 +49,12 @@ impl DnsServer {
         let (udp, tcp) = bind_all(listen, udp_workers.max(1))?;
         let local = udp[0].local_addr()?;
         Ok(Self {
-            udp: UdpWorkers::start(udp, index.clone(), metrics.clone())?,
+            udp: UdpWorkers::start(
+                udp,
+                index.clone(),
+                metrics.clone(),
+                transfers.tsig().cloned(),
+            )?,
             tcp: TcpListener::from_std(tcp)?,
             index,
             metrics,
@@ -70,8 +76,16 @@ impl DnsServer {
         self.shutdown.clone()
     }
 
-    /// Serves TCP (UDP runs on its own threads) until shut down.
+    /// Serves TCP (UDP runs on its own threads) and reloads the TSIG key
+    /// when its file changes, until shut down.
     pub async fn run(self) -> anyhow::Result<()> {
+        let tsig = self.transfers.tsig().cloned();
+        let reload = async {
+            if let Some(key) = &tsig {
+                key.follow(self.metrics.clone(), self.shutdown.clone())
+                    .await;
+            }
+        };
         let shared = Arc::new(tcp::Shared {
             index: self.index,
             recorder: Mutex::new(self.metrics.recorder("tcp")),
@@ -79,8 +93,9 @@ impl DnsServer {
             connections: Connections::new(self.tcp_limits.caps),
             limits: self.tcp_limits,
             transfers: Some(self.transfers),
+            tsig: tsig.clone(),
         });
-        tcp::serve(self.tcp, shared, self.shutdown).await;
+        tokio::join!(tcp::serve(self.tcp, shared, self.shutdown.clone()), reload);
         drop(self.udp);
         Ok(())
     }

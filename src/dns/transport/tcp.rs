@@ -24,6 +24,7 @@ use crate::dns::message::response::{Handled, handle};
 use crate::dns::metrics::{DnsRecorder, TcpMetrics};
 use crate::dns::transfer::zone::{self as transfer, TransferPolicy};
 use crate::dns::transport::tcp_limits::TcpLimits;
+use crate::dns::tsig::key_file::TsigKey;
 use crate::index::Index;
 use crate::plumbing::listen::{self, Connections};
 
@@ -41,6 +42,9 @@ pub(crate) struct Shared {
     pub limits: TcpLimits,
     /// Who may transfer the zone (None: no transfers on these connections).
     pub transfers: Option<Arc<TransferPolicy>>,
+    /// The key signed queries are checked against and their answers signed
+    /// with (RFC 8945; a secondary signs its SOA checks).
+    pub tsig: Option<Arc<TsigKey>>,
 }
 
 /// Accepts connections (the shared loop of `listen`, named `tcp`) until
@@ -144,12 +148,19 @@ async fn read_queries<R: AsyncRead>(
 }
 
 /// The response to one query (none: nothing is due).
-fn respond(shared: &Shared, request: &[u8], peer: SocketAddr, encrypted: bool) -> Vec<Bytes> {
+fn respond(shared: &Shared, packet: &[u8], peer: SocketAddr, encrypted: bool) -> Vec<Bytes> {
     let started = Instant::now();
-    let (bytes, outcome) = match handle(&shared.index, request, peer, Protocol::Tcp) {
+    let (bytes, outcome) = match handle(&shared.index, packet, peer, Protocol::Tcp) {
         Handled::Answered(request, mut response) => {
-            match response.encode_stream(&request, encrypted) {
-                Ok(bytes) => (bytes, response.outcome(&request)),
+            let signed = response.signed(shared.tsig.as_deref(), packet, &request, |r, _| {
+                r.encode_stream(&request, encrypted)
+            });
+            let encoded = signed.unwrap_or_else(|| {
+                let bytes = response.encode_stream(&request, encrypted)?;
+                Ok((bytes, response.outcome(&request)))
+            });
+            match encoded {
+                Ok(answered) => answered,
                 Err(error) => {
                     warn!(%error, %peer, "cannot encode a TCP response");
                     return Vec::new();

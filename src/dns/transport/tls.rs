@@ -19,6 +19,7 @@ use crate::dns::metrics::{DnsMetrics, TlsMetrics};
 use crate::dns::transport::certificates::Certificates;
 use crate::dns::transport::tcp;
 use crate::dns::transport::tcp_limits::TcpLimits;
+use crate::dns::tsig::key_file::TsigKey;
 use crate::index::Index;
 use crate::plumbing::listen::{self, Connections};
 
@@ -63,7 +64,8 @@ impl TlsListener {
         self.listener.local_addr()
     }
 
-    /// Answers DNS over TLS within `limits` (counted apart from plain TCP)
+    /// Answers DNS over TLS within `limits` (counted apart from plain TCP),
+    /// signed queries checked against `tsig`,
     /// and reloads the certificate when its files change, until `shutdown`;
     /// then lets open connections finish their query.
     pub async fn serve(
@@ -71,9 +73,11 @@ impl TlsListener {
         index: Arc<Index>,
         metrics: Arc<DnsMetrics>,
         limits: TcpLimits,
+        tsig: Option<Arc<TsigKey>>,
         shutdown: CancellationToken,
     ) {
-        let reload = self.certificates.follow(metrics.clone(), shutdown.clone());
+        let certificates = self.certificates;
+        let reload = certificates.follow(metrics.clone(), shutdown.clone());
         let idle = limits.idle_timeout;
         let shared = Arc::new(tcp::Shared {
             index,
@@ -83,6 +87,7 @@ impl TlsListener {
             limits,
             // Zone transfers go over plain TCP only.
             transfers: None,
+            tsig,
         });
         let (connections, listener) = (shared.connections.clone(), shared.metrics.listener.clone());
         let acceptor = self.acceptor;

@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 use crate::dns::message::fast_path::answer;
 use crate::dns::message::recent::Recent;
 use crate::dns::metrics::{DnsMetrics, DnsRecorder};
+use crate::dns::tsig::key_file::TsigKey;
 use crate::index::Index;
 
 /// Datagrams received and answered per system call.
@@ -38,16 +39,17 @@ impl UdpWorkers {
         sockets: Vec<UdpSocket>,
         index: Arc<Index>,
         metrics: Arc<DnsMetrics>,
+        tsig: Option<Arc<TsigKey>>,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for (n, socket) in sockets.into_iter().enumerate() {
             socket.set_read_timeout(Some(POLL))?;
-            let (index, stop) = (index.clone(), stop.clone());
+            let (index, stop, tsig) = (index.clone(), stop.clone(), tsig.clone());
             let recorder = metrics.recorder("udp");
             let thread = std::thread::Builder::new()
                 .name(format!("dns-udp-{n}"))
-                .spawn(move || serve(&socket, &index, recorder, &stop))?;
+                .spawn(move || serve(&socket, &index, tsig.as_deref(), recorder, &stop))?;
             threads.push(thread);
         }
         Ok(Self { stop, threads })
@@ -64,7 +66,13 @@ impl Drop for UdpWorkers {
 }
 
 /// Receives and answers datagrams in batches (`recvmmsg`/`sendmmsg`) until `stop`.
-fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &AtomicBool) {
+fn serve(
+    socket: &UdpSocket,
+    index: &Index,
+    tsig: Option<&TsigKey>,
+    mut recorder: DnsRecorder,
+    stop: &AtomicBool,
+) {
     let fd = socket.as_raw_fd();
     let mut requests: Box<[[u8; MAX_REQUEST]; BATCH]> = vec![[0u8; MAX_REQUEST]; BATCH]
         .into_boxed_slice()
@@ -117,7 +125,7 @@ fn serve(socket: &UdpSocket, index: &Index, mut recorder: DnsRecorder, stop: &At
             out.clear();
             let started = Instant::now();
             let packet = &requests[i][..lens[i]];
-            if let Some(outcome) = answer(index, Some(&mut recent), packet, peer, out) {
+            if let Some(outcome) = answer(index, Some(&mut recent), tsig, packet, peer, out) {
                 recorder.record(outcome.rtype, outcome.rcode, started.elapsed());
                 recorder.problem(outcome.problem);
                 peers.swap(count, i);

@@ -36,6 +36,9 @@ pub(crate) struct Delta {
     pub changes: Vec<Change>,
     /// Whether this event ended a (re)list: the watch is in sync.
     pub synced: bool,
+    /// Whether its object was ignored: it cannot be read, or it breaks a
+    /// rule of trust (`model/trust.rs`).
+    pub ignored: bool,
 }
 
 impl<K: Resource> Facts<K> {
@@ -54,7 +57,9 @@ impl<K: Resource> Facts<K> {
         match event {
             Event::Apply(object) => {
                 let id = id(&object);
-                if let Some(new) = self.read(&object) {
+                let read = self.read(&object);
+                delta.ignored = read.is_none();
+                if let Some(new) = read {
                     let old = self.known.remove(&id).unwrap_or_default();
                     diff(&old, &new, &mut delta.changes);
                     keep(&mut self.known, id, new);
@@ -69,7 +74,9 @@ impl<K: Resource> Facts<K> {
                 let id = id(&object);
                 let old = self.known.get(&id).map(|f| &**f).unwrap_or_default();
                 // A broken object keeps the facts it had before the relist.
-                let facts = self.read(&object).unwrap_or_else(|| old.to_vec());
+                let read = self.read(&object);
+                delta.ignored = read.is_none();
+                let facts = read.unwrap_or_else(|| old.to_vec());
                 diff(old, &facts, &mut delta.changes);
                 let relist = self.relist.get_or_insert_default();
                 if facts.is_empty() && !old.is_empty() {

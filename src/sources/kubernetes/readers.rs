@@ -15,8 +15,9 @@ use super::served::Place;
 use crate::k8s::convert;
 use crate::k8s::crd::LABEL_SERVICE_NAME;
 use crate::k8s::crd::{ServiceExport, ServiceImport};
-use crate::k8s::records::source_cluster;
+use crate::k8s::records::read::source_cluster;
 use crate::k8s::records::{self, Role};
+use crate::model::trust::Trust;
 use crate::model::{Change, ClusterId, ExportAge, Object};
 
 /// One kind whose objects are facts for the engine: where they are, which
@@ -51,8 +52,11 @@ pub struct FactSources {
 }
 
 impl FactSources {
-    /// The fact sources of `connection`, the broker's shared state in `broker_namespace`.
-    pub fn new(connection: &Connection, broker_namespace: &str) -> Self {
+    /// The fact sources of `connection`, the broker's shared state in
+    /// `broker_namespace`; what other clusters wrote there is checked
+    /// against `trust`.
+    pub fn new(connection: &Connection, broker_namespace: &str, trust: Trust) -> Self {
+        let trust = Arc::new(trust);
         let (local, broker) = (&connection.local, &connection.broker);
         let (me, mcs) = (&connection.cluster, &connection.mcs);
         Self {
@@ -84,13 +88,13 @@ impl FactSources {
                 resource: "broker/serviceimports",
                 api: Place::mcs(mcs.broker_imports.clone(), Some(broker_namespace)),
                 labels: None,
-                read: broker_records(me.clone()),
+                read: broker_records(me.clone(), trust.clone()),
             },
             broker_slices: FactSource {
                 resource: "broker/endpointslices",
                 api: Place::fixed(Api::namespaced(broker.clone(), broker_namespace)),
                 labels: None,
-                read: broker_slices(me.clone()),
+                read: broker_slices(me.clone(), trust),
             },
         }
     }
@@ -136,44 +140,178 @@ pub(crate) fn endpoint_slices(me: ClusterId) -> Reader<EndpointSlice> {
 }
 
 /// The broker's export records (other clusters' exports and Services) and
-/// VIP records.
-pub(crate) fn broker_records(me: ClusterId) -> Reader<ServiceImport> {
-    Box::new(move |record| match records::role(record) {
-        Some(Role::Export) => {
-            let (key, from, export, service) =
-                records::read_export_record(record).map_err(|e| e.to_string())?;
-            if from == me {
-                return Ok(Vec::new());
+/// VIP records, each refused whole where it breaks a rule of `trust`.
+pub(crate) fn broker_records(me: ClusterId, trust: Arc<Trust>) -> Reader<ServiceImport> {
+    Box::new(move |record| {
+        let refused =
+            |reason: String| format!("ServiceImport {}: refused: {reason}", record.name_any());
+        match records::read::role(record) {
+            Some(Role::Export) => {
+                let (key, from, export, service) =
+                    records::read::read_export_record(record).map_err(|e| e.to_string())?;
+                if from == me {
+                    return Ok(Vec::new());
+                }
+                trust.namespace(&key).map_err(refused)?;
+                for ip in &service.cluster_ips {
+                    trust.address("ClusterIP", *ip).map_err(refused)?;
+                }
+                Ok(vec![
+                    Change::Upsert(from.clone(), key.clone(), Object::Export(Arc::new(export))),
+                    Change::Upsert(from, key, Object::Service(Arc::new(service))),
+                ])
             }
-            Ok(vec![
-                Change::Upsert(from.clone(), key.clone(), Object::Export(Arc::new(export))),
-                Change::Upsert(from, key, Object::Service(Arc::new(service))),
-            ])
+            Some(Role::Import) => {
+                let Some((key, _)) = records::read::labelled_service(&record.metadata) else {
+                    return Err(refused("no service labels".into()));
+                };
+                trust.namespace(&key).map_err(refused)?;
+                let vips = records::read::record_vips(record);
+                for ip in &vips {
+                    trust.vip(*ip).map_err(refused)?;
+                }
+                Ok(vec![Change::Vips(key, vips)])
+            }
+            None => Ok(Vec::new()),
         }
-        Some(Role::Import) => {
-            let Some((key, _)) = records::labelled_service(&record.metadata) else {
-                return Err(format!(
-                    "VIP record {} has no service labels",
-                    record.name_any()
-                ));
-            };
-            Ok(vec![Change::Vips(key, records::record_vips(record))])
-        }
-        None => Ok(Vec::new()),
     })
 }
 
-/// The broker's EndpointSlices of the other clusters.
-pub(crate) fn broker_slices(me: ClusterId) -> Reader<EndpointSlice> {
+/// The broker's EndpointSlices of the other clusters, each refused whole
+/// where it breaks a rule of `trust`.
+pub(crate) fn broker_slices(me: ClusterId, trust: Arc<Trust>) -> Reader<EndpointSlice> {
     Box::new(move |slice| {
         if source_cluster(slice) == Some(&*me) {
             return Ok(Vec::new());
         }
-        let (key, from, info) = records::read_slice(slice).map_err(|e| e.to_string())?;
+        let refused =
+            |reason: String| format!("EndpointSlice {}: refused: {reason}", slice.name_any());
+        let (key, from, info) = records::read::read_slice(slice).map_err(|e| e.to_string())?;
+        trust.namespace(&key).map_err(refused)?;
+        for endpoint in &info.endpoints {
+            trust
+                .address("endpoint", endpoint.address)
+                .map_err(refused)?;
+        }
         Ok(vec![Change::Upsert(
             from,
             key,
             Object::Slice(slice.name_any().into(), info),
         )])
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+    use crate::engine::aggregate::tests::{export, service, slice};
+    use crate::k8s::crd::McsVersion;
+    use crate::k8s::records::build::{export_record, slice_object, vip_record};
+    use crate::model::ServiceKey;
+    use crate::model::trust::Protected;
+
+    fn trust() -> Arc<Trust> {
+        let pools = vec![
+            "243.0.0.0/8".parse().unwrap(),
+            "fd00:c5e7::/48".parse().unwrap(),
+        ];
+        Arc::new(Trust::new(pools, Protected::new(&["clusterset-broker"])))
+    }
+
+    fn record(namespace: &str, cluster_ips: &[&str]) -> ServiceImport {
+        let key = ServiceKey::new(namespace, "web");
+        let service = service(cluster_ips, &[("http", 80)]);
+        export_record(
+            McsVersion::V1beta1,
+            &key,
+            "east",
+            &export(1),
+            &service,
+            true,
+            false,
+        )
+    }
+
+    fn refusal<T: std::fmt::Debug>(read: Result<T, String>) -> String {
+        read.expect_err("refused")
+    }
+
+    /// Issue 46 (the class of CVE-2026-66788): one member's broker
+    /// credentials cannot point another member's answers at loopback,
+    /// link-local, multicast or unspecified addresses, nor at a protected
+    /// namespace's names.
+    #[test]
+    fn export_records_with_unroutable_addresses_or_protected_namespaces_are_refused() {
+        let read = broker_records("west".into(), trust());
+        assert_eq!(read(&record("shop", &["10.0.0.1"])).unwrap().len(), 2);
+        assert_eq!(
+            refusal(read(&record("shop", &["127.0.0.1"]))),
+            "ServiceImport web.shop.east: refused: ClusterIP 127.0.0.1 is loopback"
+        );
+        assert!(refusal(read(&record("shop", &["169.254.169.254"]))).ends_with("is link-local"));
+        assert_eq!(
+            refusal(read(&record("kube-system", &["10.0.0.1"]))),
+            "ServiceImport web.kube-system.east: refused: namespace kube-system is protected"
+        );
+        assert!(refusal(read(&record("clusterset-broker", &["10.0.0.1"]))).contains("protected"));
+    }
+
+    /// Issue 46: a VIP record rewritten to an address outside the VIP pools
+    /// (a "VIP hijack") is refused; inside them it is read.
+    #[test]
+    fn vip_records_outside_the_pools_are_refused() {
+        let read = broker_records("west".into(), trust());
+        let key = ServiceKey::new("shop", "web");
+        let vips =
+            |list: &[&str]| -> Vec<IpAddr> { list.iter().map(|s| s.parse().unwrap()).collect() };
+        let good = vip_record(
+            McsVersion::V1beta1,
+            &key,
+            &vips(&["243.0.0.7", "fd00:c5e7::7"]),
+        );
+        assert_eq!(
+            read(&good).unwrap(),
+            [Change::Vips(
+                key.clone(),
+                vips(&["243.0.0.7", "fd00:c5e7::7"])
+            )]
+        );
+        let hijack = vip_record(McsVersion::V1beta1, &key, &vips(&["243.0.0.7", "fd00::66"]));
+        assert_eq!(
+            refusal(read(&hijack)),
+            "ServiceImport web.shop: refused: VIP fd00::66 is outside the VIP pools"
+        );
+    }
+
+    /// Issue 46: another cluster's EndpointSlice with an unroutable
+    /// endpoint, or of a protected namespace, is refused whole.
+    #[test]
+    fn broker_slices_with_unroutable_endpoints_are_refused() {
+        let read = broker_slices("west".into(), trust());
+        let key = ServiceKey::new("shop", "web");
+        let object = |key: &ServiceKey, ip: &str| {
+            let info = slice(&[("10.1.0.1", None, true), (ip, None, true)]);
+            slice_object("s".into(), None, key, "east", &info)
+        };
+        assert_eq!(read(&object(&key, "10.1.0.2")).unwrap().len(), 1);
+        assert_eq!(
+            refusal(read(&object(&key, "224.0.0.1"))),
+            "EndpointSlice s: refused: endpoint 224.0.0.1 is multicast"
+        );
+        let dns = ServiceKey::new("kube-system", "kube-dns");
+        assert!(
+            refusal(read(&object(&dns, "10.1.0.2"))).contains("namespace kube-system is protected")
+        );
+        // This cluster's own slices are not facts at all.
+        let own = slice_object(
+            "s".into(),
+            None,
+            &key,
+            "west",
+            &slice(&[("127.0.0.1", None, true)]),
+        );
+        assert!(read(&own).unwrap().is_empty());
+    }
 }

@@ -75,9 +75,14 @@ impl Watches {
         if let Some(labels) = labels {
             config = config.labels(labels);
         }
+        let metrics = self.metrics.clone();
         self.spawn(tasks, api, config, resource, move |event| {
             also(&event);
-            batches.forward(resource, facts.on_event(event));
+            let delta = facts.on_event(event);
+            if delta.ignored {
+                metrics.object_ignored(resource);
+            }
+            batches.forward(resource, delta);
         });
         resource
     }

@@ -112,8 +112,13 @@ impl Pki {
     }
 
     /// Issues a certificate for [`SERVER_NAME`] with subject `/CN=cn` and
-    /// `serial`, swaps it in atomically, and returns it (DER).
+    /// `serial`, valid for a day, swaps it in atomically, and returns it (DER).
     pub fn issue(&mut self, cn: &str, serial: u32) -> CertificateDer<'static> {
+        self.issue_for(cn, serial, 1)
+    }
+
+    /// [`Pki::issue`], valid for `days` days from now.
+    pub fn issue_for(&mut self, cn: &str, serial: u32, days: u32) -> CertificateDer<'static> {
         self.generations += 1;
         let generation = format!("gen{}", self.generations);
         let dir = self.dir.path().join(&generation);
@@ -133,7 +138,7 @@ impl Pki {
             ]
             .concat(),
         );
-        let serial = serial.to_string();
+        let (serial, days) = (serial.to_string(), days.to_string());
         openssl(
             self.dir.path(),
             &[
@@ -148,7 +153,7 @@ impl Pki {
                 "-set_serial",
                 &serial,
                 "-days",
-                "1",
+                &days,
                 "-extfile",
                 "server.ext",
                 "-out",

@@ -12,6 +12,31 @@ use test_support::{Daemon, free_port, program, query};
 /// How long `knotd` may take to start answering.
 const START: Duration = Duration::from_secs(10);
 
+/// A TSIG key as Knot's `key:` section and `dig -y` name it.
+pub struct TsigKeySpec {
+    /// The key's name (a domain name).
+    pub name: String,
+    /// `hmac-sha256`, ...
+    pub algorithm: String,
+    /// The secret, base64.
+    pub secret: String,
+}
+
+impl TsigKeySpec {
+    /// The key in the syntax of BIND's `tsig-keygen` (clusterset-dns's `--tsig-key` file).
+    pub fn bind_syntax(&self) -> String {
+        format!(
+            "key \"{}\" {{\n\talgorithm {};\n\tsecret \"{}\";\n}};\n",
+            self.name, self.algorithm, self.secret
+        )
+    }
+
+    /// The key as `dig -y` and `kdig -y` take it: `algorithm:name:secret`.
+    pub fn dig_y(&self) -> String {
+        format!("{}:{}:{}", self.algorithm, self.name, self.secret)
+    }
+}
+
 /// A running `knotd`, secondary of the zones it was started with.
 pub struct Knot {
     /// Where it answers DNS.
@@ -29,15 +54,38 @@ impl Knot {
     /// Starts `knotd` on `addr` as secondary of `zones` from `primary`,
     /// accepting NOTIFY from 127.0.0.1, and waits until it answers.
     pub async fn start(addr: SocketAddr, primary: SocketAddr, zones: &[&str]) -> Self {
+        Self::start_signed(addr, primary, zones, None).await
+    }
+
+    /// [`Knot::start`] with a TSIG key (RFC 8945): its SOA checks and
+    /// transfers are signed with it, and only NOTIFYs signed with it are
+    /// accepted.
+    pub async fn start_signed(
+        addr: SocketAddr,
+        primary: SocketAddr,
+        zones: &[&str],
+        key: Option<&TsigKeySpec>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().display();
         let zones: String = zones.iter().map(|z| format!("  - domain: {z}\n")).collect();
+        let (keys, uses) = match key {
+            Some(k) => (
+                format!(
+                    "key:\n  - id: {}\n    algorithm: {}\n    secret: {}\n",
+                    k.name, k.algorithm, k.secret
+                ),
+                format!("    key: {}\n", k.name),
+            ),
+            None => (String::new(), String::new()),
+        };
         let config = format!(
             "server:\n  rundir: \"{path}\"\n  listen: {}@{}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n\
              database:\n  storage: \"{path}\"\n\
              log:\n  - target: stderr\n    any: info\n\
-             remote:\n  - id: primary\n    address: {}@{}\n\
-             acl:\n  - id: notify\n    address: 127.0.0.1\n    action: notify\n\
+             {keys}\
+             remote:\n  - id: primary\n    address: {}@{}\n{uses}\
+             acl:\n  - id: notify\n    address: 127.0.0.1\n    action: notify\n{uses}\
              template:\n  - id: default\n    storage: \"{path}\"\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: none\n    master: primary\n    acl: notify\n\
              zone:\n{zones}",
             addr.ip(),

@@ -1,0 +1,178 @@
+//! The objects Kubernetes mode writes (module docs of [`super`]): a
+//! cluster's export record and the VIP record on the broker, EndpointSlices
+//! on the broker and in members.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::discovery::v1::{
+    Endpoint as K8sEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::{
+    ANNOTATION_EXPORT, ExportExtras, LABEL_MANAGED_BY, LABEL_ROLE, LABEL_SERVICE_NAMESPACE,
+    LABEL_SLICE_MANAGED_BY, MANAGER, Role, export_record_name, vip_record_name,
+};
+use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
+use crate::k8s::crd::{McsVersion, ServiceImport, ServiceImportSpec};
+use crate::model::import::Import;
+use crate::model::{ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey, SliceInfo};
+
+/// Labels tying an object to a service (and a source cluster).
+fn service_labels(key: &ServiceKey, cluster: Option<&str>) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (LABEL_MANAGED_BY.to_owned(), MANAGER.to_owned()),
+        (LABEL_MCS_SERVICE_NAME.to_owned(), key.name().to_string()),
+        (
+            LABEL_SERVICE_NAMESPACE.to_owned(),
+            key.namespace().to_string(),
+        ),
+    ]);
+    if let Some(cluster) = cluster {
+        labels.insert(LABEL_SOURCE_CLUSTER.to_owned(), cluster.to_owned());
+    }
+    labels
+}
+
+/// A cluster's export record for the broker, from its export and Service.
+/// `clusterset_ip` and `pod_ips` are the switches with the global defaults applied.
+pub fn export_record(
+    version: McsVersion,
+    key: &ServiceKey,
+    cluster: &str,
+    export: &ExportInfo,
+    service: &ServiceInfo,
+    clusterset_ip: bool,
+    pod_ips: bool,
+) -> ServiceImport {
+    let extras = ExportExtras {
+        created: export.age.created,
+        labels: export.exported.labels.clone(),
+        annotations: export.exported.annotations.clone(),
+        clusterset_ip: export.clusterset_ip.unwrap_or(clusterset_ip),
+        pod_ips: export.pod_ips.unwrap_or(pod_ips),
+    };
+    let mut labels = service_labels(key, Some(cluster));
+    labels.insert(LABEL_ROLE.into(), Role::Export.as_str().into());
+    let type_ = ImportType::of(service.kind);
+    ServiceImport::at(
+        version,
+        ObjectMeta {
+            name: Some(export_record_name(key, cluster)),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                ANNOTATION_EXPORT.to_owned(),
+                serde_json::to_string(&extras).expect("export extras serialize"),
+            )])),
+            ..ObjectMeta::default()
+        },
+        ServiceImportSpec {
+            ports: service.ports.to_vec(),
+            ips: service
+                .cluster_ips
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            type_: type_.as_str().to_owned(),
+            session_affinity: Some(service.session_affinity.to_string()),
+            session_affinity_config: service.session_affinity_config.clone(),
+            ip_families: service
+                .ip_families
+                .iter()
+                .map(|f| f.as_str().to_owned())
+                .collect(),
+            internal_traffic_policy: Some(service.internal_traffic_policy.to_string()),
+            traffic_distribution: service.traffic_distribution.clone(),
+        },
+    )
+}
+
+/// The broker's VIP agreement for a service.
+pub fn vip_record(version: McsVersion, key: &ServiceKey, vips: &[IpAddr]) -> ServiceImport {
+    let mut labels = service_labels(key, None);
+    labels.insert(LABEL_ROLE.into(), Role::Import.as_str().into());
+    ServiceImport::at(
+        version,
+        ObjectMeta {
+            name: Some(vip_record_name(key)),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ServiceImportSpec {
+            ips: vips.iter().map(ToString::to_string).collect(),
+            type_: ImportType::ClusterSetIP.as_str().to_owned(),
+            ip_families: vips
+                .iter()
+                .map(|ip| IpFamily::of(ip).as_str().to_owned())
+                .collect(),
+            ..ServiceImportSpec::default()
+        },
+    )
+}
+
+/// The [`ANNOTATION_CLUSTER_PORTS`] value of an import.
+pub fn cluster_ports(import: &Import) -> String {
+    let backed: BTreeMap<&str, Vec<String>> = import
+        .clusters
+        .iter()
+        .map(|c| {
+            (
+                &*c.cluster,
+                c.ports.iter().map(ToString::to_string).collect(),
+            )
+        })
+        .collect();
+    serde_json::to_string(&backed).expect("strings serialize")
+}
+
+/// An EndpointSlice holding `slice` (endpoints all of one family), labelled
+/// for `key` and `cluster`; `name` and `namespace` as given.
+pub fn slice_object(
+    name: String,
+    namespace: Option<String>,
+    key: &ServiceKey,
+    cluster: &str,
+    slice: &SliceInfo,
+) -> EndpointSlice {
+    let (endpoints, ports) = (&slice.endpoints, &slice.ports);
+    let family = endpoints
+        .first()
+        .map_or(IpFamily::IPv4, |e| IpFamily::of(&e.address));
+    let mut labels = service_labels(key, Some(cluster));
+    labels.insert(LABEL_SLICE_MANAGED_BY.into(), MANAGER.into());
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace,
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        address_type: family.as_str().to_owned(),
+        endpoints: Some(
+            endpoints
+                .iter()
+                .map(|e| K8sEndpoint {
+                    addresses: vec![e.address.to_string()],
+                    hostname: e.hostname.as_deref().map(str::to_owned),
+                    conditions: Some(EndpointConditions {
+                        ready: Some(e.ready),
+                        ..EndpointConditions::default()
+                    }),
+                    ..K8sEndpoint::default()
+                })
+                .collect(),
+        ),
+        ports: Some(
+            ports
+                .iter()
+                .map(|p| EndpointPort {
+                    name: Some(p.name.clone().unwrap_or_default()),
+                    port: Some(p.port),
+                    protocol: p.protocol.clone(),
+                    app_protocol: p.app_protocol.clone(),
+                })
+                .collect(),
+        ),
+    }
+}
