@@ -723,6 +723,12 @@ mod tests {
         }
     }
 
+    /// An address of the default IPv6 VIP pool.
+    fn v6_vip() -> String {
+        let pool = EngineSettings::default().pools.v6;
+        pool.hosts().nth(7).unwrap().to_string()
+    }
+
     /// `store` after its first list, of `objects`.
     fn listed<K: Resource + Owned + Clone, X: Send + Sync>(
         store: &SeenStore<K, X>,
@@ -850,13 +856,7 @@ mod tests {
     /// (and only those), so no other service claims the addresses.
     #[test]
     fn agreed_vips_restore_only_the_claims_the_broker_lost() {
-        let v6 = EngineSettings::default()
-            .pools
-            .v6
-            .hosts()
-            .nth(7)
-            .unwrap()
-            .to_string();
+        let v6 = v6_vip();
         let mut world = World::new(&[IpFamily::IPv4, IpFamily::IPv6]);
         world.exports(HERE, 1, &["10.0.0.1", "fd00::1"], &[("http", 80)]);
         world.agreed(&["243.0.0.7", &v6]);
@@ -914,13 +914,7 @@ mod tests {
     /// export record on the broker carries the Service's own.
     #[test]
     fn the_local_import_carries_only_the_local_clusters_families() {
-        let v6 = EngineSettings::default()
-            .pools
-            .v6
-            .hosts()
-            .nth(7)
-            .unwrap()
-            .to_string();
+        let v6 = v6_vip();
         let mut world = World::new(&[IpFamily::IPv4]);
         world.exports(HERE, 1, &["10.0.0.1", "fd00::1"], &[("http", 80)]);
         world.agreed(&["243.0.0.7", &v6]);

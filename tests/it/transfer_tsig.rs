@@ -123,25 +123,7 @@ async fn knot_transfers_with_the_key_and_follows_signed_notify() {
         resolve(server.addr, &web, A).await
     );
 
-    cs.write(
-        "east",
-        "cart.yaml",
-        &cluster_ip("shop", "cart", &["10.96.0.40"]).exported(),
-    );
-    let cart = svc("cart.shop");
-    eventually("cart on the primary", true, || async {
-        is_vip(&resolve(server.addr, &cart, A).await)
-    })
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while resolve(knot.addr, &cart, A).await != resolve(server.addr, &cart, A).await {
-        assert!(
-            Instant::now() < deadline,
-            "Knot did not follow the signed NOTIFY:\n{}",
-            knot.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    knot.follows_an_edit(&cs, server.addr).await;
     let metrics = server.running().metrics_addr;
     let acknowledged = "clusterset_dns_notifies_total{result=\"acknowledged\"}";
     assert!(

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::rr::{RData, RecordType};
 use tempfile::TempDir;
-use test_support::{Daemon, free_port, program, query};
+use test_support::{
+    Clusterset, Daemon, cluster_ip, eventually, free_port, is_vip, program, query, resolve, svc,
+};
 
 /// How long `knotd` may take to start answering.
 const START: Duration = Duration::from_secs(10);
@@ -107,6 +109,41 @@ impl Knot {
     /// Knot's log so far, for failure messages.
     pub fn log(&self) -> String {
         self.daemon.log()
+    }
+
+    /// Exports a new service (`cart.shop`, east) in `cs` and waits until
+    /// `primary` answers its VIP, then until Knot answers as the primary
+    /// (RFC 1996: the NOTIFY, then the transfer it triggers; at most 10 s).
+    /// Returns the times from the edit to each.
+    pub async fn follows_an_edit(
+        &self,
+        cs: &Clusterset,
+        primary: SocketAddr,
+    ) -> (Duration, Duration) {
+        let edited = Instant::now();
+        cs.write(
+            "east",
+            "cart.yaml",
+            &cluster_ip("shop", "cart", &["10.96.0.40"]).exported(),
+        );
+        let cart = svc("cart.shop");
+        eventually("cart on the primary", true, || async {
+            is_vip(&resolve(primary, &cart, RecordType::A).await)
+        })
+        .await;
+        let on_primary = edited.elapsed();
+        let deadline = Duration::from_secs(10);
+        while resolve(self.addr, &cart, RecordType::A).await
+            != resolve(primary, &cart, RecordType::A).await
+        {
+            assert!(
+                edited.elapsed() < deadline,
+                "Knot did not follow within {deadline:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (on_primary, edited.elapsed())
     }
 
     /// Waits until Knot serves `zone` at `serial` (at most `limit`).
