@@ -44,5 +44,6 @@ mod tcp_limits;
 mod tls;
 mod transfer;
 mod transfer_tsig;
+mod trust;
 mod version_skew;
 mod vips;
