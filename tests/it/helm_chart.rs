@@ -319,7 +319,8 @@ fn member_mode_is_the_kustomization_and_the_policy() {
     assert_same("member mode, no admission policy", without, kustomize());
 }
 
-/// Broker mode is rbac-broker.yaml (its members east and west).
+/// Broker mode is rbac-broker.yaml (its members east and west) and
+/// broker-ownership-policy.yaml.
 #[test]
 fn broker_mode_is_rbac_broker() {
     let Some(helm) = helm() else { return };
@@ -334,11 +335,9 @@ fn broker_mode_is_rbac_broker() {
             "broker.members={east,west}",
         ],
     );
-    assert_same(
-        "broker mode",
-        chart,
-        file("config/kubernetes/rbac-broker.yaml"),
-    );
+    let mut config = file("config/kubernetes/rbac-broker.yaml");
+    config.extend(file("config/kubernetes/broker-ownership-policy.yaml"));
+    assert_same("broker mode", chart, config);
 }
 
 /// Embedded mode is the kustomization's Namespace, config ConfigMap, PDB and

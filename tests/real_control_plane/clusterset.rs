@@ -257,7 +257,8 @@ impl Clusterset {
         Ok(set)
     }
 
-    /// rbac-broker.yaml on the broker, plus the third member's
+    /// rbac-broker.yaml and broker-ownership-policy.yaml on the broker (or
+    /// the chart's broker release, the same objects), plus the third member's
     /// ServiceAccount, token Secret and RoleBinding subject, as its header
     /// says to add them.
     fn deploy_broker(&self) -> Result<()> {
@@ -266,16 +267,10 @@ impl Clusterset {
             let ids: Vec<&str> = self.members.iter().map(|m| m.id.as_str()).collect();
             return crate::helm::install_broker(broker, &ids);
         }
-        kubectl(
-            broker,
-            &[
-                "apply",
-                "-f",
-                &repo("config/kubernetes/rbac-broker.yaml")
-                    .display()
-                    .to_string(),
-            ],
-        )?;
+        for file in ["rbac-broker.yaml", "broker-ownership-policy.yaml"] {
+            let path = repo(&format!("config/kubernetes/{file}"));
+            kubectl(broker, &["apply", "-f", &path.display().to_string()])?;
+        }
         let yaml = std::fs::read_to_string(repo("config/kubernetes/rbac-broker.yaml"))?;
         for member in &self.members {
             if yaml.contains(&format!("clusterset-member-{}-token", member.id)) {
@@ -571,6 +566,11 @@ async fn service_account_token(client: &Client, ns: &str, secret: &str) -> Resul
 /// Reads a member kubeconfig's client (a member's own credentials).
 pub async fn member_client(member: &Member) -> Result<Client> {
     client_from(&member.kubeconfig).await
+}
+
+/// A client of the broker with member `member`'s broker credentials.
+pub async fn member_broker_client(member: &Member) -> Result<Client> {
+    client_from(&member.broker_kubeconfig).await
 }
 
 /// Waits up to `limit` for an async condition, with what it last saw on failure.

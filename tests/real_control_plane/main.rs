@@ -13,6 +13,7 @@
 //! `bench-coredns` runs the benchmark of `bench/coredns.sh` instead.
 
 mod bench_coredns;
+mod broker_trust;
 mod check;
 mod clusterset;
 mod conformance;
@@ -132,6 +133,7 @@ async fn run(filters: &[String]) -> ExitCode {
         conformance::the_upstream_conformance_suite_passes => 1500,
         security::members_use_their_own_service_accounts,
         security::the_endpointslice_policy_admits_only_mcs_slices,
+        broker_trust::the_broker_refuses_writes_to_other_members_records,
         helm::a_member_and_the_broker_installed_with_the_chart,
         exports::import_lives_while_any_cluster_exports,
         endpoints::headless_answers_follow_pod_readiness,
