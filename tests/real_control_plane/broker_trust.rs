@@ -165,6 +165,13 @@ pub async fn the_broker_refuses_writes_to_other_members_records(
         records.create(&PostParams::default(), &named),
     )
     .await?;
+    let squatted = record("cart.trust", labels("web", None, "import"), &["243.9.9.9"])?;
+    refused(
+        "a VIP record under another service's name",
+        "named for its service",
+        records.create(&PostParams::default(), &squatted),
+    )
+    .await?;
     let roleless = record(
         "web.trust.east",
         json!({"multicluster.kubernetes.io/source-cluster": "east"}),
@@ -221,7 +228,7 @@ pub async fn the_broker_refuses_writes_to_other_members_records(
     );
     refused(
         "give the VIP record to another service",
-        vip_rule,
+        "named for its service",
         records.replace("web.trust", &PostParams::default(), &relabelled),
     )
     .await?;
