@@ -17,7 +17,7 @@ use crate::check::{agreed_vip, answers_everywhere, fqdn};
 use crate::clusterset::{
     BROKER_NAMESPACE, CONVERGE, Clusterset, eventually, kubectl, member_broker_client,
 };
-use crate::workloads::{exported_with_pod, imports, namespace};
+use crate::workloads::{exported_with_pod, imports, namespace, unexport};
 
 /// Labels of a broker record of `trust/<name>` from `cluster` (role given).
 fn labels(name: &str, cluster: Option<&str>, role: &str) -> Value {
@@ -259,4 +259,106 @@ pub async fn the_broker_refuses_writes_to_other_members_records(
     // Nothing moved: every member still answers west's export at its VIP.
     let expected = Outcome::Ips([vip].into());
     answers_everywhere(set, &fqdn("web", NS), RecordType::A, &expected).await
+}
+
+/// What admission cannot see, written with the broker's admin credential
+/// (standing for a compromised broker, or a bad restore): a VIP record moved
+/// out of the pools, an export record of an unknown cluster with a loopback
+/// ClusterIP, and a slice with a multicast endpoint (the API server itself
+/// refuses loopback and link-local ones there). Every member's reader
+/// refuses each (its log names the record and the rule), and every member's
+/// answer for the service, sampled during and after, stays the agreed VIP.
+/// Runs last; it puts the VIP record back and removes what it forged.
+pub async fn the_readers_ignore_what_a_compromised_broker_holds(
+    set: &mut Clusterset,
+) -> Result<()> {
+    for member in &set.members {
+        namespace(&member.admin, NS).await?;
+    }
+    exported_with_pod(&set.member("west").admin, NS, "api", false, "10.2.9.2").await?;
+    let vip = agreed_vip(set, NS, "api").await?;
+    let expected = Outcome::Ips([vip].into());
+
+    let admin = set.member("east").admin.clone();
+    let records = imports(&admin, BROKER_NAMESPACE);
+    let mut moved = records.get("api.trust").await?;
+    let agreed = moved.data["spec"]["ips"].clone();
+    moved.data["spec"]["ips"] = json!(["10.66.6.6"]);
+    records
+        .replace("api.trust", &PostParams::default(), &moved)
+        .await?;
+    let mut forged = records.get("api.trust.west").await?;
+    forged.metadata = kube::api::ObjectMeta {
+        name: Some("api.trust.evil".into()),
+        labels: forged.metadata.labels.clone(),
+        annotations: forged.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    let labels_of = forged.metadata.labels.get_or_insert_default();
+    labels_of.insert(
+        "multicluster.kubernetes.io/source-cluster".into(),
+        "evil".into(),
+    );
+    forged.data["spec"]["ips"] = json!(["127.0.0.1"]);
+    records.create(&PostParams::default(), &forged).await?;
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), BROKER_NAMESPACE);
+    let selector = format!(
+        "multicluster.kubernetes.io/source-cluster=west,multicluster.kubernetes.io/service-name=api,clusterset-dns.io/service-namespace={NS}"
+    );
+    let mut slice = slices
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    let mut slice = slice
+        .items
+        .pop()
+        .context("west's slice of trust/api on the broker")?;
+    let endpoint = slice.endpoints.iter_mut().flatten().next();
+    endpoint.context("an endpoint")?.addresses = vec!["239.1.1.1".into()];
+    let name = slice.metadata.name.clone().unwrap_or_default();
+    slices
+        .replace(&name, &PostParams::default(), &slice)
+        .await?;
+
+    // Sampled for 3 s from the moment of the writes: never another answer.
+    for _ in 0..30 {
+        for member in &set.members {
+            let got = test_support::resolve(member.dns(), &fqdn("api", NS), RecordType::A).await;
+            ensure!(
+                got == expected,
+                "{}: {got:?} during the attack, expected {expected:?}",
+                member.id
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for member in &set.members {
+        let log = member.replicas[0].log.clone();
+        eventually(
+            CONVERGE,
+            &format!("{}: the refusal logged", member.id),
+            async || {
+                let text = std::fs::read_to_string(&log).map_err(|e| e.to_string())?;
+                let refused = [
+                    "ServiceImport api.trust: refused: VIP 10.66.6.6 is outside the VIP pools",
+                    "ServiceImport api.trust.evil: refused: ClusterIP 127.0.0.1 is loopback",
+                ];
+                match refused.iter().find(|line| !text.contains(*line)) {
+                    None => Ok(Some(())),
+                    Some(missing) => Err(format!("no line {missing:?}")),
+                }
+            },
+        )
+        .await?;
+    }
+    answers_everywhere(set, &fqdn("api", NS), RecordType::A, &expected).await?;
+
+    let mut back = records.get("api.trust").await?;
+    back.data["spec"]["ips"] = agreed;
+    records
+        .replace("api.trust", &PostParams::default(), &back)
+        .await?;
+    records
+        .delete("api.trust.evil", &DeleteParams::default())
+        .await?;
+    unexport(&set.member("west").admin, NS, "api").await
 }

@@ -152,6 +152,7 @@ async fn run(filters: &[String]) -> ExitCode {
         crd_versions::every_crd_release_in_one_clusterset,
         crd_versions::a_crd_serving_no_version_loses_no_export,
         image::a_replica_runs_from_the_image,
+        broker_trust::the_readers_ignore_what_a_compromised_broker_holds,
     ];
     let chosen: Vec<_> = all
         .into_iter()
