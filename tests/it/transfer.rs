@@ -491,10 +491,8 @@ async fn knot_secondary_mirrors_the_zones_and_follows_notify() {
     );
 }
 
-/// RFC 5936 §2.2: a zone larger than one 64 KiB message comes in several,
-/// which `dig` (a real client) reads as one transfer of every record.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_zone_spans_several_messages() {
+/// East exports 1000 services: a zone larger than one 64 KiB message.
+pub(crate) fn large_zone() -> Clusterset {
     let cs = Clusterset::new();
     let services: Vec<Doc> = (0..1000)
         .flat_map(|i| {
@@ -503,6 +501,14 @@ async fn a_large_zone_spans_several_messages() {
         })
         .collect();
     cs.write("east", "many.yaml", &services);
+    cs
+}
+
+/// RFC 5936 §2.2: a zone larger than one 64 KiB message comes in several,
+/// which `dig` (a real client) reads as one transfer of every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_zone_spans_several_messages() {
+    let cs = large_zone();
     let server = start(cs.dir(), &[]).await;
     let ours = transfer(server.addr, ZONE, None).await;
     let records = checked_axfr(&ours, ZONE);

@@ -47,6 +47,15 @@ async fn signed_server(
         "web.yaml",
         &cluster_ip("shop", "web", &["10.96.0.10"]).exported(),
     );
+    signed_server_of(cs, spec, extra).await
+}
+
+/// A server of `cs` with `--tsig-key` holding `spec`.
+async fn signed_server_of(
+    cs: Clusterset,
+    spec: &TsigKeySpec,
+    extra: &[&str],
+) -> (Clusterset, Server, tempfile::TempDir) {
     let keys = tempfile::tempdir().expect("a temporary directory");
     let file = keys.path().join("transfer.key");
     std::fs::write(&file, spec.bind_syntax()).expect("key file written");
@@ -257,19 +266,8 @@ async fn a_stale_signature_is_badtime_and_the_error_is_signed() {
 /// over the MAC before it; hickory-proto's verifier and `dig` check them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_of_a_large_transfer_is_signed() {
-    let cs = Clusterset::new();
-    let services: Vec<Doc> = (0..1000)
-        .flat_map(|i| {
-            let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
-            cluster_ip("shop", &format!("service-{i}"), &[&ip]).exported()
-        })
-        .collect();
-    cs.write("east", "many.yaml", &services);
     let spec = key();
-    let keys = tempfile::tempdir().expect("a temporary directory");
-    let file = keys.path().join("transfer.key");
-    std::fs::write(&file, spec.bind_syntax()).expect("key file written");
-    let server = start(cs.dir(), &["--tsig-key", file.to_str().unwrap()]).await;
+    let (_cs, server, _keys) = signed_server_of(super::transfer::large_zone(), &spec, &[]).await;
 
     let signer = signer(&spec);
     let mut request = question(ZONE, AXFR);
