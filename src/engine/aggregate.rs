@@ -12,7 +12,8 @@ use crate::model::conditions::{CONFLICT, Condition, ConflictReason, READY, VALID
 use crate::model::import::{Aggregate, Endpoints, ExportStatus, Import, ImportCluster};
 use crate::model::port::ServicePort;
 use crate::model::{
-    ClusterId, Endpoint, ExportInfo, ImportType, IpFamily, Ips, ServiceInfo, ServiceKind, SliceInfo,
+    ClusterId, Endpoint, ExportAge, ExportInfo, ImportType, IpFamily, Ips, ServiceInfo,
+    ServiceKind, SliceInfo,
 };
 
 /// Every cluster's inputs for one service, by cluster id (a sorted vector:
@@ -28,17 +29,39 @@ pub struct ClusterInputs {
     pub service: Option<Arc<ServiceInfo>>,
     /// Its EndpointSlices by name.
     pub slices: LiteMap<Box<str>, Arc<SliceInfo>>,
+    /// When the broker first saw its export (Kubernetes mode), if it has.
+    pub seen: Option<i64>,
 }
 
 impl ClusterInputs {
     /// Whether nothing is left (the entry can be dropped).
     pub fn is_empty(&self) -> bool {
-        self.export.is_none() && self.service.is_none() && self.slices.is_empty()
+        self.export.is_none()
+            && self.service.is_none()
+            && self.slices.is_empty()
+            && self.seen.is_none()
+    }
+
+    /// The age its export has in conflict resolution: what its ServiceExport
+    /// says, but never older than the broker first saw it, so that no
+    /// cluster wins a conflict by declaring an old export (ARCHITECTURE.md,
+    /// "Trust between clusters": the oldest export).
+    fn age(&self, export: &ExportInfo) -> ExportAge {
+        let floor = self.seen.unwrap_or(i64::MIN);
+        match export.age.created < floor {
+            true => ExportAge {
+                created: floor,
+                seq: 0,
+            },
+            false => export.age,
+        }
     }
 }
 
 struct Candidate<'a> {
     cluster: &'a ClusterId,
+    /// Its export's age in conflict resolution ([`ClusterInputs::age`]).
+    age: ExportAge,
     export: &'a ExportInfo,
     service: &'a ServiceInfo,
     slices: &'a LiteMap<Box<str>, Arc<SliceInfo>>,
@@ -89,13 +112,14 @@ pub(crate) fn aggregate(inputs: &PerCluster, policy: &Policy<'_>) -> Aggregate {
             )),
             Some(service) => valid.push(Candidate {
                 cluster,
+                age: input.age(export),
                 export,
                 service,
                 slices: &input.slices,
             }),
         }
     }
-    valid.sort_by(|a, b| (a.export.age, a.cluster).cmp(&(b.export.age, b.cluster)));
+    valid.sort_by(|a, b| (a.age, a.cluster).cmp(&(b.age, b.cluster)));
     let Some(oldest) = valid.first() else {
         return Aggregate {
             import: None,
@@ -549,7 +573,7 @@ pub(crate) mod tests {
                     ClusterInputs {
                         export: export.map(Arc::new),
                         service: service.map(Arc::new),
-                        slices: LiteMap::new(),
+                        ..ClusterInputs::default()
                     },
                 )
             })
@@ -706,6 +730,38 @@ pub(crate) mod tests {
         );
         assert_eq!(a.import.as_ref().unwrap().service.session_affinity, "None");
         assert_eq!(status(&a, "b", CONFLICT).reason, "SessionAffinityConflict");
+    }
+
+    /// Issue 46 item 2, KEP-1645 "the oldest export wins": an export is no
+    /// older than the broker first saw it, so a cluster that declares an
+    /// old export does not win; one the broker saw first does, whatever it
+    /// declares.
+    #[test]
+    fn an_export_is_no_older_than_the_broker_first_saw_it() {
+        let mut b = service(&["10.0.0.2"], &[("http", 80)]);
+        Arc::make_mut(&mut b.spec).session_affinity = "ClientIP".into();
+        let mut clusters = inputs(vec![
+            // Declares an export from the Unix epoch; the broker saw it at 50.
+            (
+                "a",
+                Some(export(0)),
+                Some(service(&["10.0.0.1"], &[("http", 80)])),
+            ),
+            ("b", Some(export(30)), Some(b)),
+        ]);
+        clusters.get_mut("a").unwrap().seen = Some(50);
+        clusters.get_mut("b").unwrap().seen = Some(40);
+        let a = aggregate(&clusters, BOTH);
+        let import = a.import.as_ref().unwrap();
+        assert_eq!(import.clusters[0].cluster.as_ref(), "b", "b was first seen");
+        assert_eq!(import.service.session_affinity, "ClientIP");
+        assert_eq!(status(&a, "a", CONFLICT).reason, "SessionAffinityConflict");
+        // Seen before it says it was created (a clock behind the broker's):
+        // its own creation time stands.
+        clusters.get_mut("a").unwrap().seen = Some(-5);
+        let a = aggregate(&clusters, BOTH);
+        let first = &a.import.as_ref().unwrap().clusters[0];
+        assert_eq!(first.cluster.as_ref(), "a");
     }
 
     #[test]

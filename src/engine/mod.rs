@@ -361,7 +361,7 @@ impl Engine {
                 }
                 let entry = clusters.get_mut(&cluster).expect("inserted above");
                 let old = match object.reference() {
-                    ObjectRef::Export => None,
+                    ObjectRef::Export | ObjectRef::Seen => None,
                     _ => Some(addresses(entry, &object.reference())),
                 };
                 match object {
@@ -370,6 +370,7 @@ impl Engine {
                     Object::Slice(name, s) => {
                         entry.slices.insert(name, s);
                     }
+                    Object::Seen(at) => entry.seen = Some(at),
                 }
                 if let Some(old) = old {
                     let new = addresses(entry, &old.0);
@@ -402,6 +403,7 @@ impl Engine {
                     ObjectRef::Slice(name) => {
                         entry.slices.remove(name);
                     }
+                    ObjectRef::Seen => entry.seen = None,
                 }
                 if entry.is_empty() {
                     clusters.remove(&cluster);
@@ -541,7 +543,7 @@ fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Ips {
 /// The addresses an object of `entry` holds (Service cluster IPs or slice endpoints).
 fn addresses(entry: &ClusterInputs, reference: &ObjectRef) -> (ObjectRef, Vec<IpAddr>) {
     let ips = match reference {
-        ObjectRef::Export => Vec::new(),
+        ObjectRef::Export | ObjectRef::Seen => Vec::new(),
         ObjectRef::Service => entry
             .service
             .as_ref()

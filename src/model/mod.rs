@@ -410,6 +410,11 @@ pub enum Object {
     Service(Arc<ServiceInfo>),
     /// An EndpointSlice, by its own name (shared like services).
     Slice(Box<str>, Arc<SliceInfo>),
+    /// When the broker first saw the cluster's export (Kubernetes mode:
+    /// its export record's first-seen time), in seconds since the Unix
+    /// epoch: the export is no older than this (ARCHITECTURE.md, "Trust
+    /// between clusters": the oldest export).
+    Seen(i64),
 }
 
 /// Which object a [`Change::Delete`] removes.
@@ -421,6 +426,8 @@ pub enum ObjectRef {
     Service,
     /// An EndpointSlice, by name.
     Slice(Box<str>),
+    /// When the broker first saw the export.
+    Seen,
 }
 
 impl Object {
@@ -430,6 +437,7 @@ impl Object {
             Object::Export(_) => ObjectRef::Export,
             Object::Service(_) => ObjectRef::Service,
             Object::Slice(name, _) => ObjectRef::Slice(name.clone()),
+            Object::Seen(_) => ObjectRef::Seen,
         }
     }
 }

@@ -480,7 +480,10 @@ impl Controller {
         let sweep = move |caches: Caches| {
             let claims = claims.clone();
             async move {
-                match claims.sweep(&caches.broker_records, CLAIM_GRACE).await {
+                match claims
+                    .sweep(|ns, key, ip| caches.vip_recorded(ns, key, ip), CLAIM_GRACE)
+                    .await
+                {
                     Ok(0) => {}
                     Ok(n) => info!(claims = n, "released VIP claims no record kept"),
                     Err(error) => warn!(%error, "cannot sweep VIP claims"),

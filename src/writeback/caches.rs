@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
@@ -23,9 +24,8 @@ use crate::model::{ClusterId, ServiceKey, shared_name};
 /// What the writer compares against, kept from watches (see [`super::seen`]).
 #[derive(Clone)]
 pub(crate) struct Caches {
-    /// This cluster's export records and every VIP record on the broker,
-    /// with the VIPs a VIP record lists.
-    pub broker_records: Arc<SeenStore<ServiceImport, Vec<IpAddr>>>,
+    /// This cluster's export records and every VIP record on the broker.
+    pub broker_records: Arc<SeenStore<ServiceImport, KeptRecord>>,
     /// This cluster's EndpointSlices on the broker.
     pub broker_slices: Arc<SeenStore<EndpointSlice, Matched>>,
     /// The ServiceImports this controller wrote in the local cluster.
@@ -39,6 +39,23 @@ pub(crate) struct Caches {
     pub namespaces: Store<Namespace>,
     /// The VIP claims on the broker, by the service holding each.
     pub claims: Arc<SeenStore<ConfigMap, ()>>,
+}
+
+/// What the writer reads of a broker ServiceImport, besides its version.
+#[derive(Debug)]
+pub(crate) enum KeptRecord {
+    /// A VIP record: the VIPs it lists.
+    Vips(Vec<IpAddr>),
+    /// This cluster's export record: when the broker first saw it, which a
+    /// rewrite keeps (`records::ANNOTATION_FIRST_SEEN`).
+    Own(Option<Timestamp>),
+}
+
+impl KeptRecord {
+    /// Whether it is a VIP record listing `ip`.
+    pub(crate) fn lists(&self, ip: &IpAddr) -> bool {
+        matches!(self, KeptRecord::Vips(vips) if vips.contains(ip))
+    }
 }
 
 /// What the writer reads of a ServiceImport it wrote, besides its version.
@@ -89,10 +106,12 @@ impl Caches {
             broker_records: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(move |record: &ServiceImport| {
                     match records::read::role(record)? {
-                        Role::Import => Some(records::read::record_vips(record)),
+                        Role::Import => Some(KeptRecord::Vips(records::read::record_vips(record))),
                         Role::Export => (records::read::labelled_service(&record.metadata)?.1?
                             == mine)
-                            .then(Vec::new),
+                            .then(|| {
+                                KeptRecord::Own(records::read::first_seen(record).ok().flatten())
+                            }),
                     }
                 }),
                 service: |record| labelled(&record.metadata),
@@ -130,6 +149,16 @@ impl Caches {
                 by_name: true,
             })),
         }
+    }
+}
+
+impl Caches {
+    /// Whether the broker's VIP record of `key` (in `namespace`) lists `ip`.
+    pub(crate) fn vip_recorded(&self, namespace: &str, key: &ServiceKey, ip: IpAddr) -> bool {
+        let record = self
+            .broker_records
+            .get(namespace, &records::vip_record_name(key));
+        record.is_some_and(|r| r.extract.lists(&ip))
     }
 }
 

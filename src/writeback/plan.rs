@@ -23,7 +23,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
 use kube::runtime::reflector::ObjectRef;
 
-use super::caches::{Caches, Transition};
+use super::caches::{Caches, KeptRecord, Transition};
 use super::seen::SeenStore;
 use super::slices::{self, Matched};
 use super::version::{Owned, Version, conditions_digest, status_digest};
@@ -31,7 +31,7 @@ use super::vip_claims;
 use crate::engine::{ClusterInputs, Engine, PerCluster};
 use crate::k8s::crd::ServiceImportStatus;
 use crate::k8s::crd::{ClusterStatus, McsVersion, ServiceImport, ServiceImportSpec};
-use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER};
+use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER, SwitchDefaults};
 use crate::model::conditions::{Condition, VALID};
 use crate::model::import::{Aggregate, Import};
 use crate::model::{
@@ -263,19 +263,28 @@ pub(crate) fn publish(view: &View<'_>, key: &ServiceKey) -> Publish {
     let cluster = &view.settings.cluster;
     let own = local_export(view);
     let name = records::export_record_name(key, cluster);
+    let namespace = &view.settings.broker_namespace;
+    let actual = view.caches.broker_records.get(namespace, &name);
+    // Kept once the broker has the record; a new one is first seen now.
+    let first_seen = actual.as_ref().and_then(|seen| match seen.extract {
+        KeptRecord::Own(first_seen) => first_seen,
+        KeptRecord::Vips(_) => None,
+    });
+    let defaults = SwitchDefaults {
+        clusterset_ip: view.settings.clusterset_ip,
+        pod_ips: view.settings.pod_ips,
+    };
     let desired = own.map(|(export, service, _)| {
         records::build::export_record(
             view.at.broker_imports,
             key,
             cluster,
+            first_seen.unwrap_or(view.wall),
             export,
             service,
-            view.settings.clusterset_ip,
-            view.settings.pod_ips,
+            defaults,
         )
     });
-    let namespace = &view.settings.broker_namespace;
-    let actual = view.caches.broker_records.get(namespace, &name);
     let record = Write::between(name, desired, actual.map(|seen| seen.version.clone()));
     let published = published(view);
     let plans = slices::broker_plans(key, cluster, &published);

@@ -18,7 +18,7 @@ use crate::model::{Hasher, ServiceKey};
 /// A kept object: its version, its service and what the writer reads of it
 /// (`X`).
 #[derive(Debug)]
-pub struct Seen<X> {
+pub(crate) struct Seen<X> {
     /// Identity, version and digest.
     pub version: Version,
     /// The service it belongs to, if any.
@@ -32,7 +32,7 @@ pub(crate) type Extract<K, X> = Box<dyn Fn(&K) -> Option<X> + Send + Sync>;
 
 /// What one watch's objects are to a [`SeenStore`]: whether and how one is
 /// kept, and the service it belongs to.
-pub struct Keep<K, X> {
+pub(crate) struct Keep<K, X> {
     /// The extract of an object to keep.
     pub extract: Extract<K, X>,
     /// The service an object belongs to.
@@ -98,7 +98,7 @@ fn position(names: &[Box<str>], name: &str) -> Result<usize, usize> {
 }
 
 /// The kept objects of one watch, by namespace and name and by service.
-pub struct SeenStore<K, X> {
+pub(crate) struct SeenStore<K, X> {
     keep: Keep<K, X>,
     state: RwLock<State<X>>,
     relist: Mutex<Option<State<X>>>,
@@ -118,7 +118,7 @@ pub(crate) trait Follow<K>: Send + Sync {
 
 impl<K: Resource + Owned, X> SeenStore<K, X> {
     /// An empty store keeping what `keep` says.
-    pub fn new(keep: Keep<K, X>) -> Self {
+    pub(crate) fn new(keep: Keep<K, X>) -> Self {
         Self {
             keep,
             state: RwLock::new(State::default()),
@@ -128,20 +128,20 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
     }
 
     /// The object `namespace/name`, if kept.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Seen<X>>> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<Arc<Seen<X>>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state.objects.get(&*id(namespace, name)).cloned()
     }
 
     /// Whether the watch has listed everything once, so that an object
     /// missing here is missing on the server (as of the watch).
-    pub fn listed(&self) -> bool {
+    pub(crate) fn listed(&self) -> bool {
         self.listed.load(Ordering::Acquire)
     }
 
     /// The names of the kept objects of `service`; only for a store kept
     /// [`Keep::by_name`].
-    pub fn names(&self, service: &ServiceKey) -> BTreeSet<String> {
+    pub(crate) fn names(&self, service: &ServiceKey) -> BTreeSet<String> {
         assert!(self.keep.by_name, "names of a store kept without them");
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let names = state.names.get(service).into_iter().flatten();
@@ -149,7 +149,7 @@ impl<K: Resource + Owned, X> SeenStore<K, X> {
     }
 
     /// Every service with a kept object.
-    pub fn services(&self) -> Vec<ServiceKey> {
+    pub(crate) fn services(&self) -> Vec<ServiceKey> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let services = state.objects.values().filter_map(|s| s.service.clone());
         services.collect::<HashSet<_>>().into_iter().collect()

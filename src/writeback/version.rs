@@ -22,7 +22,7 @@ use crate::k8s::records::{LABEL_MANAGED_BY, LABEL_SLICE_MANAGED_BY, MANAGER};
 use crate::model::Hasher;
 
 /// A digest of the parts of an object this controller writes and compares.
-pub trait Owned {
+pub(crate) trait Owned {
     /// Equal for objects whose owned parts are equal.
     fn owned_digest(&self) -> u64;
 }
@@ -107,7 +107,7 @@ pub(crate) fn fingerprint(value: &impl Hash) -> u64 {
 /// object of the name (versions are the store's revisions, never reused),
 /// and only a ServiceImport's uid is read (`caches.rs`, `WrittenImport`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Version {
+pub(crate) struct Version {
     /// `metadata.resourceVersion`.
     resource_version: Option<Token>,
     /// Whether it carries this controller's managed-by label.
@@ -118,7 +118,7 @@ pub struct Version {
 
 impl Version {
     /// The version of `object`.
-    pub fn of<K: Resource + Owned>(object: &K) -> Self {
+    pub(crate) fn of<K: Resource + Owned>(object: &K) -> Self {
         let meta = object.meta();
         let labels = meta.labels.as_ref();
         let label = |l: &str| labels.and_then(|ls| ls.get(l)).map(String::as_str);
@@ -131,13 +131,13 @@ impl Version {
     }
 
     /// `metadata.resourceVersion`, as read.
-    pub fn resource_version(&self) -> Option<String> {
+    pub(crate) fn resource_version(&self) -> Option<String> {
         self.resource_version.as_ref().map(Token::text)
     }
 
     /// Delete parameters that delete only this version (`409 Conflict` when
     /// someone changed or replaced the object meanwhile).
-    pub fn delete_params(&self) -> DeleteParams {
+    pub(crate) fn delete_params(&self) -> DeleteParams {
         delete_if_at(self.resource_version(), None)
     }
 }

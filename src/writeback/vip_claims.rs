@@ -25,7 +25,6 @@ use kube::{Api, Client};
 use tracing::debug;
 
 use super::api::{delete_if_unchanged, is_code};
-use super::seen::SeenStore;
 use crate::k8s::crd::{McsVersion, ServiceImport};
 use crate::k8s::records::{self, MANAGER};
 use crate::k8s::served_versions::ServedVersion;
@@ -268,11 +267,11 @@ impl VipClaims {
 
     /// Deletes claims older than `grace` that no VIP record keeps (left by a
     /// writer that stopped between claiming an address and writing the
-    /// record); `records` holds the broker's VIP records with their VIPs.
-    /// Returns how many went.
+    /// record); `kept` tells whether the VIP record of a service (in a
+    /// namespace) lists an address. Returns how many went.
     pub async fn sweep(
         &self,
-        records: &SeenStore<ServiceImport, Vec<IpAddr>>,
+        kept: impl Fn(&str, &ServiceKey, IpAddr) -> bool,
         grace: Duration,
     ) -> Result<usize, kube::Error> {
         let now = jiff::Timestamp::now();
@@ -298,10 +297,7 @@ impl VipClaims {
                 };
                 let key = ServiceKey::new(service.0, service.1);
                 let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-                let kept = records
-                    .get(namespace, &records::vip_record_name(&key))
-                    .is_some_and(|r| r.extract.contains(&ip));
-                if old_enough && !kept {
+                if old_enough && !kept(namespace, &key, ip) {
                     self.unclaim(&key, ip).await?;
                     debug!(service = %key, %ip, "swept a claim no VIP record keeps");
                     swept += 1;

@@ -10,9 +10,12 @@ use k8s_openapi::api::discovery::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use jiff::Timestamp;
+
 use super::{
-    ANNOTATION_EXPORT, ExportExtras, LABEL_MANAGED_BY, LABEL_ROLE, LABEL_SERVICE_NAMESPACE,
-    LABEL_SLICE_MANAGED_BY, MANAGER, Role, export_record_name, vip_record_name,
+    ANNOTATION_EXPORT, ANNOTATION_FIRST_SEEN, ExportExtras, LABEL_MANAGED_BY, LABEL_ROLE,
+    LABEL_SERVICE_NAMESPACE, LABEL_SLICE_MANAGED_BY, MANAGER, Role, SwitchDefaults,
+    export_record_name, vip_record_name,
 };
 use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::k8s::crd::{McsVersion, ServiceImport, ServiceImportSpec};
@@ -35,24 +38,25 @@ fn service_labels(key: &ServiceKey, cluster: Option<&str>) -> BTreeMap<String, S
     labels
 }
 
-/// A cluster's export record for the broker, from its export and Service.
-/// `clusterset_ip` and `pod_ips` are the switches with the global defaults applied.
+/// A cluster's export record for the broker, from its export and Service,
+/// first seen by the broker at `first_seen` (see [`ANNOTATION_FIRST_SEEN`]).
 pub fn export_record(
     version: McsVersion,
     key: &ServiceKey,
     cluster: &str,
+    first_seen: Timestamp,
     export: &ExportInfo,
     service: &ServiceInfo,
-    clusterset_ip: bool,
-    pod_ips: bool,
+    defaults: SwitchDefaults,
 ) -> ServiceImport {
     let extras = ExportExtras {
         created: export.age.created,
         labels: export.exported.labels.clone(),
         annotations: export.exported.annotations.clone(),
-        clusterset_ip: export.clusterset_ip.unwrap_or(clusterset_ip),
-        pod_ips: export.pod_ips.unwrap_or(pod_ips),
+        clusterset_ip: export.clusterset_ip.unwrap_or(defaults.clusterset_ip),
+        pod_ips: export.pod_ips.unwrap_or(defaults.pod_ips),
     };
+    let first_seen = Timestamp::from_second(first_seen.as_second()).unwrap_or(first_seen);
     let mut labels = service_labels(key, Some(cluster));
     labels.insert(LABEL_ROLE.into(), Role::Export.as_str().into());
     let type_ = ImportType::of(service.kind);
@@ -61,10 +65,13 @@ pub fn export_record(
         ObjectMeta {
             name: Some(export_record_name(key, cluster)),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                ANNOTATION_EXPORT.to_owned(),
-                serde_json::to_string(&extras).expect("export extras serialize"),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (
+                    ANNOTATION_EXPORT.to_owned(),
+                    serde_json::to_string(&extras).expect("export extras serialize"),
+                ),
+                (ANNOTATION_FIRST_SEEN.to_owned(), first_seen.to_string()),
+            ])),
             ..ObjectMeta::default()
         },
         ServiceImportSpec {

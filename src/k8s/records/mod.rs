@@ -42,6 +42,12 @@ pub const LABEL_ROLE: &str = "clusterset-dns.io/role";
 pub const ANNOTATION_SOURCE_SLICE: &str = "clusterset-dns.io/source-slice";
 /// Annotation of a broker export record: everything that has no spec field.
 pub const ANNOTATION_EXPORT: &str = "clusterset-dns.io/export";
+/// Annotation of a broker export record: when the broker first saw the
+/// export (RFC 3339, whole seconds). Set by its cluster when it creates the
+/// record, within a minute of the API server's `creationTimestamp`, and never
+/// changed after (broker-ownership-policy.yaml holds members to both); a
+/// restore from backup keeps it where `creationTimestamp` is set anew.
+pub const ANNOTATION_FIRST_SEEN: &str = "clusterset-dns.io/first-seen";
 /// Annotation of a member's ServiceImport: the import's ports each exporting
 /// cluster backs, as JSON (`{"east":["tcp:42/TCP"],"west":[]}`).
 pub const ANNOTATION_CLUSTER_PORTS: &str = "clusterset-dns.io/cluster-ports";
@@ -67,6 +73,16 @@ impl Role {
             Role::Import => "import",
         }
     }
+}
+
+/// The global defaults of the two per-export switches
+/// (`clusterset-dns.io/use-clusterset-ip`, `clusterset-dns.io/use-pod-ips`).
+#[derive(Clone, Copy, Debug)]
+pub struct SwitchDefaults {
+    /// Whether an import gets clusterset VIPs.
+    pub clusterset_ip: bool,
+    /// Whether slices of a ClusterIP service carry pod IPs.
+    pub pod_ips: bool,
 }
 
 /// The parts of an export record that have no ServiceImport spec field.

@@ -8,7 +8,12 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{ANNOTATION_EXPORT, ExportExtras, LABEL_ROLE, LABEL_SERVICE_NAMESPACE, Role};
+use jiff::Timestamp;
+
+use super::{
+    ANNOTATION_EXPORT, ANNOTATION_FIRST_SEEN, ExportExtras, LABEL_ROLE, LABEL_SERVICE_NAMESPACE,
+    Role,
+};
 use crate::k8s::convert::ConvertError;
 use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER, ServiceImport};
 use crate::model::{
@@ -116,6 +121,24 @@ pub fn read_export_record(
     Ok((key, cluster, export, service))
 }
 
+/// When the broker first saw an export record, in whole seconds: its
+/// [`ANNOTATION_FIRST_SEEN`], else (a record written before there was one)
+/// its `creationTimestamp`, which the API server sets.
+pub fn first_seen(record: &ServiceImport) -> Result<Option<Timestamp>, ConvertError> {
+    let meta = &record.metadata;
+    let annotation = meta.annotations.as_ref();
+    match annotation.and_then(|a| a.get(ANNOTATION_FIRST_SEEN)) {
+        Some(value) => value
+            .parse()
+            .map(Some)
+            .map_err(|e| ConvertError::BadRecord {
+                object: format!("ServiceImport {}", meta.name.as_deref().unwrap_or("?")),
+                what: format!("{ANNOTATION_FIRST_SEEN} {value:?}: {e}"),
+            }),
+        None => Ok(meta.creation_timestamp.as_ref().map(|t| t.0)),
+    }
+}
+
 /// The VIPs of a broker VIP agreement (unparsable entries skipped).
 pub fn record_vips(record: &ServiceImport) -> Vec<IpAddr> {
     record
@@ -156,10 +179,18 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use crate::k8s::crd::McsVersion;
+    use crate::k8s::records::SwitchDefaults;
     use crate::k8s::records::build::{export_record, slice_object};
     use crate::model::Endpoint;
     use crate::model::port::ServicePort;
+
+    const DEFAULTS: SwitchDefaults = SwitchDefaults {
+        clusterset_ip: true,
+        pod_ips: true,
+    };
 
     fn service() -> ServiceInfo {
         let spec = ServiceSpec {
@@ -199,14 +230,15 @@ mod tests {
             clusterset_ip: None,
             pod_ips: Some(false),
         };
+        let seen: Timestamp = "2026-12-07T13:00:00.5Z".parse().unwrap();
         let record = export_record(
             McsVersion::V1alpha1,
             &key,
             "east.eu",
+            seen,
             &export,
             &service(),
-            true,
-            true,
+            DEFAULTS,
         );
         assert_eq!(record.metadata.name.as_deref(), Some("web.shop.east.eu"));
         let written = serde_json::to_value(&record).unwrap();
@@ -226,6 +258,38 @@ mod tests {
         );
         assert_eq!(e.pod_ips, Some(false));
         assert_eq!((e.age, e.exported), (export.age, export.exported));
+        assert_eq!(
+            first_seen(&stored).unwrap(),
+            Some("2026-12-07T13:00:00Z".parse().unwrap()),
+            "whole seconds, as creationTimestamp"
+        );
+    }
+
+    /// A record from before the first-seen annotation is as old as the API
+    /// server says; an annotation that is not a time names the record.
+    #[test]
+    fn first_seen_falls_back_to_the_creation_timestamp() {
+        let mut record = export_record(
+            McsVersion::V1beta1,
+            &ServiceKey::new("shop", "web"),
+            "east",
+            Timestamp::UNIX_EPOCH,
+            &crate::engine::aggregate::tests::export(1),
+            &service(),
+            DEFAULTS,
+        );
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        record.metadata.creation_timestamp = Some(Time(created));
+        let annotations = record.metadata.annotations.as_mut().unwrap();
+        annotations.insert(ANNOTATION_FIRST_SEEN.into(), "yesterday".into());
+        let err = first_seen(&record).unwrap_err().to_string();
+        assert!(
+            err.contains("web.shop.east") && err.contains("yesterday"),
+            "{err}"
+        );
+        let annotations = record.metadata.annotations.as_mut().unwrap();
+        annotations.remove(ANNOTATION_FIRST_SEEN);
+        assert_eq!(first_seen(&record).unwrap(), Some(created));
     }
 
     #[test]
@@ -234,10 +298,10 @@ mod tests {
             McsVersion::V1beta1,
             &ServiceKey::new("shop", "web"),
             "east",
+            Timestamp::UNIX_EPOCH,
             &crate::engine::aggregate::tests::export(1),
             &service(),
-            true,
-            true,
+            DEFAULTS,
         );
         record.spec.type_ = "Magic".into();
         let err = read_export_record(&record).unwrap_err().to_string();

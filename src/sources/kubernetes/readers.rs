@@ -149,17 +149,26 @@ pub(crate) fn broker_records(me: ClusterId, trust: Arc<Trust>) -> Reader<Service
             Some(Role::Export) => {
                 let (key, from, export, service) =
                     records::read::read_export_record(record).map_err(|e| e.to_string())?;
+                // The floor of the export's age, this cluster's own included:
+                // every member orders the exports alike (ARCHITECTURE.md,
+                // "Trust between clusters": the oldest export).
+                let first_seen = records::read::first_seen(record).map_err(|e| e.to_string())?;
+                let seen = first_seen.map(|t| {
+                    let seen = Object::Seen(t.as_second());
+                    Change::Upsert(from.clone(), key.clone(), seen)
+                });
                 if from == me {
-                    return Ok(Vec::new());
+                    return Ok(seen.into_iter().collect());
                 }
                 trust.namespace(&key).map_err(refused)?;
                 for ip in &service.cluster_ips {
                     trust.address("ClusterIP", *ip).map_err(refused)?;
                 }
-                Ok(vec![
+                let facts = [
                     Change::Upsert(from.clone(), key.clone(), Object::Export(Arc::new(export))),
                     Change::Upsert(from, key, Object::Service(Arc::new(service))),
-                ])
+                ];
+                Ok(facts.into_iter().chain(seen).collect())
             }
             Some(Role::Import) => {
                 let Some((key, _)) = records::read::labelled_service(&record.metadata) else {
@@ -208,6 +217,7 @@ mod tests {
     use super::*;
     use crate::engine::aggregate::tests::{export, service, slice};
     use crate::k8s::crd::McsVersion;
+    use crate::k8s::records::SwitchDefaults;
     use crate::k8s::records::build::{export_record, slice_object, vip_record};
     use crate::model::ServiceKey;
     use crate::model::trust::Protected;
@@ -223,14 +233,19 @@ mod tests {
     fn record(namespace: &str, cluster_ips: &[&str]) -> ServiceImport {
         let key = ServiceKey::new(namespace, "web");
         let service = service(cluster_ips, &[("http", 80)]);
+        let defaults = SwitchDefaults {
+            clusterset_ip: true,
+            pod_ips: false,
+        };
+        let seen = "2026-12-07T13:00:00Z".parse().unwrap();
         export_record(
             McsVersion::V1beta1,
             &key,
             "east",
+            seen,
             &export(1),
             &service,
-            true,
-            false,
+            defaults,
         )
     }
 
@@ -245,7 +260,7 @@ mod tests {
     #[test]
     fn export_records_with_unroutable_addresses_or_protected_namespaces_are_refused() {
         let read = broker_records("west".into(), trust());
-        assert_eq!(read(&record("shop", &["10.0.0.1"])).unwrap().len(), 2);
+        assert_eq!(read(&record("shop", &["10.0.0.1"])).unwrap().len(), 3);
         assert_eq!(
             refusal(read(&record("shop", &["127.0.0.1"]))),
             "ServiceImport web.shop.east: refused: ClusterIP 127.0.0.1 is loopback"
@@ -256,6 +271,22 @@ mod tests {
             "ServiceImport web.kube-system.east: refused: namespace kube-system is protected"
         );
         assert!(refusal(read(&record("clusterset-broker", &["10.0.0.1"]))).contains("protected"));
+    }
+
+    /// Issue 46 item 2: a record gives the floor of its export's age (when
+    /// the broker first saw it), this cluster's own record too, so that
+    /// every member orders the exports alike.
+    #[test]
+    fn export_records_say_when_the_broker_first_saw_them() {
+        let key = ServiceKey::new("shop", "web");
+        let seen = Change::Upsert("east".into(), key, Object::Seen(1_796_648_400));
+        let own = broker_records("east".into(), trust());
+        assert_eq!(
+            own(&record("shop", &["10.0.0.1"])).unwrap(),
+            std::slice::from_ref(&seen)
+        );
+        let other = broker_records("west".into(), trust());
+        assert_eq!(other(&record("shop", &["10.0.0.1"])).unwrap()[2], seen);
     }
 
     /// Issue 46: a VIP record rewritten to an address outside the VIP pools

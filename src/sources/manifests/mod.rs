@@ -311,6 +311,7 @@ mod tests {
             ObjectRef::Export => "Export".to_owned(),
             ObjectRef::Service => "Service".to_owned(),
             ObjectRef::Slice(n) => format!("Slice/{n}"),
+            ObjectRef::Seen => "Seen".to_owned(),
         };
         changes
             .iter()
