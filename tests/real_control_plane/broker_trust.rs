@@ -56,7 +56,7 @@ fn slice(name: &str, cluster: &str) -> Result<EndpointSlice> {
 }
 
 /// Expects `attempt` refused by the policy with `rule` in its message.
-async fn refused<T>(
+pub async fn refused<T>(
     what: &str,
     rule: &str,
     attempt: impl Future<Output = kube::Result<T>>,

@@ -21,6 +21,7 @@ mod control_plane;
 mod coredns_side;
 mod crd_versions;
 mod endpoints;
+mod export_age;
 mod exports;
 mod faults;
 mod helm;
@@ -138,6 +139,7 @@ async fn run(filters: &[String]) -> ExitCode {
         exports::import_lives_while_any_cluster_exports,
         endpoints::headless_answers_follow_pod_readiness,
         exports::differing_ports_are_a_port_conflict,
+        export_age::no_member_makes_its_export_older,
         exports::ip_families_are_intersected,
         exports::concurrent_exports_never_share_a_vip,
         coredns_side::coredns_multicluster_answers_side_by_side,
