@@ -1,28 +1,36 @@
 //! Issue 46, attack 4 (deletion of others' records, slices and claims).
 
 use anyhow::Result;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
 use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
 
-use super::{ATTACKER, NS, defend, forbidden, refused, wests};
+use super::{ATTACKER, NS, defend, delete, forbidden, refused, wests};
 use crate::check::AFTER_ATTACK;
-use crate::clusterset::{BROKER_NAMESPACE, Clusterset, member_broker_client};
+use crate::clusterset::{BROKER_NAMESPACE, CONVERGE, Clusterset, eventually, member_broker_client};
 use crate::workloads::imports;
 
 const SERVICE: &str = "gone";
+/// How many times east releases every VIP.
+const RELEASES: usize = 3;
 
 /// Issue 46, item 7, attack 4 (deletion of others' records, slices and
 /// claims). With east's broker token, west's and north's export records and
 /// west's slice are deleted: the broker's policy refuses each ("a member
 /// writes only its own ..."); deleted as a collection, the broker's RBAC
-/// (no member may). No answer of west or north changes, during the attack
-/// or 3 s after.
+/// (no member may). The policy admits deleting VIP records and claims (that
+/// is how a VIP is released), so east deletes every VIP record and every
+/// claim on the broker, three times over, and the members write them back
+/// with the same VIPs. No answer of west or north changes, during the
+/// attack or 3 s after the last VIP record is back.
 pub async fn no_member_deletes_another_members_records(set: &mut Clusterset) -> Result<()> {
     let defended = defend(set, SERVICE, 14, &[]).await?;
     let east = member_broker_client(set.member(ATTACKER)).await?;
     let records = imports(&east, BROKER_NAMESPACE);
     let slices: Api<EndpointSlice> = Api::namespaced(east.clone(), BROKER_NAMESPACE);
+    let claims: Api<ConfigMap> = Api::namespaced(east.clone(), BROKER_NAMESPACE);
     let (_, west_slice) = wests(&east, SERVICE).await?;
     let own = "a member writes only its own export records";
     let own_slices = "a member writes only its own EndpointSlices";
@@ -54,5 +62,39 @@ pub async fn no_member_deletes_another_members_records(set: &mut Clusterset) -> 
     )
     .await?;
 
+    // Releases, admitted: every VIP record and every claim of the broker,
+    // again each time the members have written them back (an attacker
+    // would not stop at one).
+    let vip = defended.vip.to_string();
+    let (name, claim) = (
+        format!("{SERVICE}.{NS}"),
+        format!("clusterset-vip-{}", vip.replace('.', "-")),
+    );
+    for round in 1..=RELEASES {
+        let vip_records = ListParams::default().labels("clusterset-dns.io/role=import");
+        for record in records.list(&vip_records).await? {
+            delete(&records, &record.name_any()).await?;
+        }
+        let vip_claims = ListParams::default().labels("clusterset-dns.io/vip-claim=true");
+        for claim in claims.list(&vip_claims).await? {
+            delete(&claims, &claim.name_any()).await?;
+        }
+        eventually(
+            CONVERGE,
+            &format!(
+                "release {round}: the VIP record and its claim written again, with the same VIP"
+            ),
+            async || {
+                let record = records.get_opt(&name).await.map_err(|e| e.to_string())?;
+                let ips = record.map(|r| r.data["spec"]["ips"].clone());
+                let claimed = claims.get_opt(&claim).await.map_err(|e| e.to_string())?;
+                match (ips, claimed) {
+                    (Some(ips), Some(_)) if ips == json!([vip]) => Ok(Some(())),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await?;
+    }
     defended.sampler.finish(AFTER_ATTACK).await
 }
