@@ -23,9 +23,9 @@ const SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 /// ("a member writes only its own heartbeat"; deletion, the broker's RBAC:
 /// no member deletes a heartbeat). It admits east relabelling its own
 /// heartbeat as west's (liveness is keyed on the label), and back; every
-/// reader still sees west's own heartbeat change, so west stays live. No answer of west or north changes (north's for
-/// west's headless service would go with west), sampled past the cluster
-/// timeout and 3 s more.
+/// reader still sees west's own heartbeat change, so west stays live. No
+/// answer of west or north changes (north's for west's headless service
+/// would go with west), sampled past the cluster timeout and 3 s more.
 pub async fn no_member_declares_a_live_cluster_dead(set: &mut Clusterset) -> Result<()> {
     let defended = defend(set, "alive", 13, &[]).await?;
     let east = member_broker_client(set.member(ATTACKER)).await?;

@@ -9,8 +9,8 @@
 //! does not export are sampled during the attack and after it, and never
 //! change ([`Sampler`]).
 //!
-//! Flooding the broker (the fifth attack) is not here: there are no
-//! caps yet.
+//! Flooding the broker (the fifth attack) is not here: it needs the
+//! caps of the item 4.
 
 pub mod addresses;
 pub mod deletion;

@@ -17,15 +17,17 @@ const SERVICE: &str = "hijack";
 /// Issue 46, item 7, attack 1 (VIP hijack). With east's broker token, the
 /// agreed VIP of `trust/hijack` (exported by west and north) is moved,
 /// emptied, joined by a second address of its family, given to another
-/// service, squatted under another service's name, and its claim
-/// rewritten: the broker's policy refuses each ("a VIP record keeps its
-/// service and its agreed addresses"). It admits an address of a missing
-/// family (how a service becomes dual-stack), so east adds the IPv6 VIP of
-/// west's dual-stack `trust/hijack-dual` to the IPv4-only service's record.
-/// What admission cannot see, a VIP out of the pools written with the
-/// broker's admin credential (a compromised broker, or a bad restore),
-/// every member's reader refuses and logs. No answer of west or north
-/// changes, during the attack or 3 s after.
+/// service, and squatted under another service's name: the broker's policy
+/// refuses each ("a VIP record keeps its service and its agreed
+/// addresses", "... at most one address of each family"); its claim
+/// rewritten, the broker's RBAC (claims are never updated). The policy
+/// admits an address of a missing family (how a service becomes
+/// dual-stack), so east adds the IPv6 VIP of west's dual-stack
+/// `trust/hijack-dual` to the IPv4-only service's record. What admission
+/// cannot see, a VIP out of the pools written with the broker's admin
+/// credential (a compromised broker, or a bad restore), every member's
+/// reader refuses and logs. No answer of west or north changes (the
+/// dual-stack service's included), during the attack or 3 s after.
 pub async fn no_member_moves_an_agreed_vip(set: &mut Clusterset) -> Result<()> {
     let dual = format!("{SERVICE}-dual");
     let dual_v6 = dual_stack(set, &dual).await?;
