@@ -3,12 +3,12 @@
 //! endpoints or ClusterIPs.
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{ATTACKER, NS, defend, delete, forged, logged, refused_by, wests};
+use super::{ATTACKER, NS, defend, delete, forged, logged, refused_by, update, wests};
 use crate::check::AFTER_ATTACK;
 use crate::clusterset::{BROKER_NAMESPACE, Clusterset, member_broker_client};
 use crate::workloads::imports;
@@ -124,19 +124,19 @@ pub async fn no_unroutable_address_reaches_an_answer(set: &mut Clusterset) -> Re
     let admin_slices: Api<EndpointSlice> = Api::namespaced(set.broker.clone(), BROKER_NAMESPACE);
     let admin_records = imports(&set.broker, BROKER_NAMESPACE);
     let (_, west_slice) = wests(&set.broker, &pods).await?;
-    let mut moved = admin_slices.get(&west_slice).await?;
-    let endpoints = moved.endpoints.clone();
-    let endpoint = moved.endpoints.iter_mut().flatten().next();
-    endpoint.context("an endpoint")?.addresses = vec!["239.2.2.2".into()];
-    admin_slices
-        .replace(&west_slice, &PostParams::default(), &moved)
-        .await?;
+    let endpoints = admin_slices.get(&west_slice).await?.endpoints;
+    update(&admin_slices, &west_slice, |s| {
+        s.endpoints = Some(vec![Endpoint {
+            addresses: vec!["239.2.2.2".into()],
+            ..Endpoint::default()
+        }]);
+    })
+    .await?;
     let west_service = format!("{SERVICE}.{NS}.west");
-    let mut linked = admin_records.get(&west_service).await?;
-    linked.data["spec"]["ips"] = json!(["169.254.169.254"]);
-    admin_records
-        .replace(&west_service, &PostParams::default(), &linked)
-        .await?;
+    update(&admin_records, &west_service, |r| {
+        r.data["spec"]["ips"] = json!(["169.254.169.254"]);
+    })
+    .await?;
     let lines = [
         format!("EndpointSlice {west_slice}: refused: endpoint 239.2.2.2 is multicast"),
         format!("ServiceImport {west_service}: refused: ClusterIP 169.254.169.254 is link-local"),
@@ -144,16 +144,15 @@ pub async fn no_unroutable_address_reaches_an_answer(set: &mut Clusterset) -> Re
     logged(set, &["east", "north"], &lines).await?;
 
     // Put back: west's objects as they were, east's own removed.
-    let mut back = admin_records.get(&west_service).await?;
-    back.data["spec"] = service_record.data["spec"].clone();
-    admin_records
-        .replace(&west_service, &PostParams::default(), &back)
-        .await?;
-    let mut back = admin_slices.get(&west_slice).await?;
-    back.endpoints = endpoints;
-    admin_slices
-        .replace(&west_slice, &PostParams::default(), &back)
-        .await?;
+    let spec = &service_record.data["spec"];
+    update(&admin_records, &west_service, |r| {
+        r.data["spec"] = spec.clone()
+    })
+    .await?;
+    update(&admin_slices, &west_slice, |s| {
+        s.endpoints = endpoints.clone()
+    })
+    .await?;
     for name in [own_pods, own_service] {
         delete(&records, &name).await?;
     }

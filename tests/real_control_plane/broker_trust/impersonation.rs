@@ -9,12 +9,13 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use super::{ATTACKER, NS, defend, forged, labels, logged, record, refused, wests};
+use super::{ATTACKER, NS, defend, forged, labels, logged, record, refused, update, wests};
 use crate::check::{AFTER_ATTACK, fqdn};
 use crate::clusterset::{BROKER_NAMESPACE, Clusterset, kubectl, member_broker_client};
 use crate::workloads::imports;
 
 const SERVICE: &str = "name";
+const SOURCE_CLUSTER: &str = "multicluster.kubernetes.io/source-cluster";
 
 /// Issue 46, item 7, attack 2 (impersonation / name hijack). With east's
 /// broker token: a record labelled west, west's record relabelled as
@@ -72,31 +73,21 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
         records.create(&PostParams::default(), &as_west),
     )
     .await?;
-    let mut older = west_record.clone();
-    let annotations = older.metadata.annotations.get_or_insert_default();
-    let export = annotations
-        .get_mut("clusterset-dns.io/export")
-        .context("west's record has its export annotation")?;
-    let mut extras: Value = serde_json::from_str(export)?;
+    let export = "clusterset-dns.io/export";
+    let annotations = west_record.metadata.annotations.as_ref();
+    let extras = annotations.and_then(|a| a.get(export));
+    let mut extras: Value = serde_json::from_str(extras.context("west's export annotation")?)?;
     extras["created"] = json!(0);
-    *export = extras.to_string();
-    refused(
-        "west's record made the oldest export",
-        own,
-        records.replace(&west_name, &PostParams::default(), &older),
-    )
-    .await?;
-    let mut taken = west_record.clone();
-    taken.metadata.labels.get_or_insert_default().insert(
-        "multicluster.kubernetes.io/source-cluster".into(),
-        ATTACKER.into(),
-    );
-    refused(
-        "west's record relabelled as east's",
-        own,
-        records.replace(&west_name, &PostParams::default(), &taken),
-    )
-    .await?;
+    let older = update(&records, &west_name, |r| {
+        let annotations = r.metadata.annotations.get_or_insert_default();
+        annotations.insert(export.into(), extras.to_string());
+    });
+    refused("west's record made the oldest export", own, older).await?;
+    let taken = update(&records, &west_name, |r| {
+        let labels = r.metadata.labels.get_or_insert_default();
+        labels.insert(SOURCE_CLUSTER.into(), ATTACKER.into());
+    });
+    refused("west's record relabelled as east's", own, taken).await?;
     for (what, name, cluster) in [
         (
             "a record of east named for west",
@@ -118,7 +109,7 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
     }
     let roleless = record(
         &format!("{SERVICE}.{NS}.east"),
-        json!({"multicluster.kubernetes.io/source-cluster": ATTACKER}),
+        json!({SOURCE_CLUSTER: ATTACKER}),
         &[],
     )?;
     refused(
@@ -149,7 +140,7 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
         let changes = json!({
             "multicluster.kubernetes.io/service-name": name,
             "clusterset-dns.io/service-namespace": ns,
-            "multicluster.kubernetes.io/source-cluster": ATTACKER,
+            SOURCE_CLUSTER: ATTACKER,
             "app.kubernetes.io/managed-by": null,
         });
         let mine = forged(&west_record, &own_name, &changes);
@@ -157,12 +148,11 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
             .create(&PostParams::default(), &mine)
             .await
             .with_context(|| format!("east creates its own record {own_name}"))?;
-        let mut mine = records.get(&own_name).await?;
-        mine.data["spec"]["ips"] = json!(["10.96.0.10"]);
-        records
-            .replace(&own_name, &PostParams::default(), &mine)
-            .await
-            .with_context(|| format!("east changes its own record {own_name}"))?;
+        update(&records, &own_name, |r| {
+            r.data["spec"]["ips"] = json!(["10.96.0.10"])
+        })
+        .await
+        .with_context(|| format!("east changes its own record {own_name}"))?;
         lines.push(format!(
             "ServiceImport {own_name}: refused: namespace {ns} is protected"
         ));

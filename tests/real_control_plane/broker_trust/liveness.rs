@@ -8,7 +8,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 
-use super::{ATTACKER, defend, forbidden, refused};
+use super::{ATTACKER, defend, forbidden, refused, update};
 use crate::check::AFTER_ATTACK;
 use crate::clusterset::{
     BROKER_NAMESPACE, CLUSTER_TIMEOUT_SECONDS, Clusterset, member_broker_client,
@@ -33,28 +33,17 @@ pub async fn no_member_declares_a_live_cluster_dead(set: &mut Clusterset) -> Res
     let rule = "a member writes only its own heartbeat";
     let west = "heartbeat.west";
 
-    let mut relabelled = leases.get(west).await?;
-    relabelled
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .insert(SOURCE_CLUSTER.into(), ATTACKER.into());
-    refused(
-        "west's heartbeat relabelled as east's",
-        rule,
-        leases.replace(west, &PostParams::default(), &relabelled),
-    )
-    .await?;
-    let mut frozen = leases.get(west).await?;
-    let spec = frozen.spec.get_or_insert_default();
-    spec.renew_time = None;
-    spec.holder_identity = Some(ATTACKER.into());
-    refused(
-        "west's heartbeat frozen",
-        rule,
-        leases.replace(west, &PostParams::default(), &frozen),
-    )
-    .await?;
+    let relabelled = update(&leases, west, |l| {
+        let labels = l.metadata.labels.get_or_insert_default();
+        labels.insert(SOURCE_CLUSTER.into(), ATTACKER.into());
+    });
+    refused("west's heartbeat relabelled as east's", rule, relabelled).await?;
+    let frozen = update(&leases, west, |l| {
+        let spec = l.spec.get_or_insert_default();
+        spec.renew_time = None;
+        spec.holder_identity = Some(ATTACKER.into());
+    });
+    refused("west's heartbeat frozen", rule, frozen).await?;
     forbidden(
         "west's heartbeat deleted",
         "delete",
@@ -81,15 +70,12 @@ pub async fn no_member_declares_a_live_cluster_dead(set: &mut Clusterset) -> Res
     // dead.
     let own = format!("heartbeat.{ATTACKER}");
     for (cluster, pause) in [("west", CLUSTER_TIMEOUT_SECONDS / 3), (ATTACKER, 0)] {
-        let mut mine = leases.get(&own).await?;
-        mine.metadata
-            .labels
-            .get_or_insert_default()
-            .insert(SOURCE_CLUSTER.into(), cluster.into());
-        leases
-            .replace(&own, &PostParams::default(), &mine)
-            .await
-            .with_context(|| format!("east labels its own heartbeat {cluster}"))?;
+        update(&leases, &own, |l| {
+            let labels = l.metadata.labels.get_or_insert_default();
+            labels.insert(SOURCE_CLUSTER.into(), cluster.into());
+        })
+        .await
+        .with_context(|| format!("east labels its own heartbeat {cluster}"))?;
         tokio::time::sleep(Duration::from_secs(pause)).await;
     }
     let timeout = Duration::from_secs(CLUSTER_TIMEOUT_SECONDS);

@@ -22,7 +22,7 @@ use std::net::IpAddr;
 
 use anyhow::{Context, Result, bail, ensure};
 use hickory_proto::rr::RecordType;
-use kube::api::{DeleteParams, DynamicObject, ListParams, ObjectMeta};
+use kube::api::{DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -79,6 +79,25 @@ fn forged(original: &DynamicObject, name: &str, labels: &Value) -> DynamicObject
         ..ObjectMeta::default()
     };
     copy
+}
+
+/// Reads `name`, changes it with `change` and writes it back, again while
+/// the write loses a race (409 Conflict) with the object's owner renewing
+/// or repairing it: what the API server is to judge is the change, not a
+/// stale `resourceVersion`.
+async fn update<K>(api: &Api<K>, name: &str, change: impl Fn(&mut K)) -> kube::Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let mut conflicts = 0;
+    loop {
+        let mut object = api.get(name).await?;
+        change(&mut object);
+        match api.replace(name, &PostParams::default(), &object).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && conflicts < 10 => conflicts += 1,
+            written => return written,
+        }
+    }
 }
 
 /// Expects `attempt` refused by the broker's policy with `rule` in its

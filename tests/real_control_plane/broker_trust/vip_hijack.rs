@@ -7,12 +7,13 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use super::{ATTACKER, NS, defend, forbidden, labels, logged, namespaces, record, refused};
+use super::{ATTACKER, NS, defend, forbidden, labels, logged, namespaces, record, refused, update};
 use crate::check::{AFTER_ATTACK, answers_everywhere, fqdn};
 use crate::clusterset::{BROKER_NAMESPACE, CONVERGE, Clusterset, eventually, member_broker_client};
 use crate::workloads::{export, imports, pod, service};
 
 const SERVICE: &str = "hijack";
+const SERVICE_NAME: &str = "multicluster.kubernetes.io/service-name";
 
 /// Issue 46, item 7, attack 1 (VIP hijack). With east's broker token, the
 /// agreed VIP of `trust/hijack` (exported by west and north) is moved,
@@ -52,24 +53,17 @@ pub async fn no_member_moves_an_agreed_vip(set: &mut Clusterset) -> Result<()> {
             one_each,
         ),
     ] {
-        let mut moved = records.get(&name).await?;
-        moved.data["spec"]["ips"] = ips;
-        refused(
-            what,
-            rule,
-            records.replace(&name, &PostParams::default(), &moved),
-        )
-        .await?;
+        let moved = update(&records, &name, |r| r.data["spec"]["ips"] = ips.clone());
+        refused(what, rule, moved).await?;
     }
-    let mut relabelled = records.get(&name).await?;
-    relabelled.metadata.labels.get_or_insert_default().insert(
-        "multicluster.kubernetes.io/service-name".into(),
-        "other".into(),
-    );
+    let relabelled = update(&records, &name, |r| {
+        let labels = r.metadata.labels.get_or_insert_default();
+        labels.insert(SERVICE_NAME.into(), "other".into());
+    });
     refused(
         "give the VIP record to another service",
         "named for its service",
-        records.replace(&name, &PostParams::default(), &relabelled),
+        relabelled,
     )
     .await?;
     let squatted = record(
@@ -85,37 +79,32 @@ pub async fn no_member_moves_an_agreed_vip(set: &mut Clusterset) -> Result<()> {
     .await?;
     let claims: Api<ConfigMap> = Api::namespaced(east.clone(), BROKER_NAMESPACE);
     let claim_name = format!("clusterset-vip-{}", vip.replace('.', "-"));
-    let mut claim = claims.get(&claim_name).await?;
-    claim
-        .data
-        .get_or_insert_default()
-        .insert("service".into(), format!("{NS}/other"));
+    let given = update(&claims, &claim_name, |c| {
+        let data = c.data.get_or_insert_default();
+        data.insert("service".into(), format!("{NS}/other"));
+    });
     forbidden(
         "give the VIP's claim to another service",
         "update",
         "configmaps",
-        claims.replace(&claim_name, &PostParams::default(), &claim),
+        given,
     )
     .await?;
-    let mut added = records.get(&name).await?;
-    added.data["spec"]["ips"] = json!([vip, dual_v6]);
-    records
-        .replace(&name, &PostParams::default(), &added)
+    let with_v6 = json!([vip, dual_v6]);
+    update(&records, &name, |r| r.data["spec"]["ips"] = with_v6.clone())
         .await
         .context("another service's IPv6 VIP added as a missing family")?;
 
-    // A compromised broker: the VIP moved out of the pools.
+    // A compromised broker: the VIP moved out of the pools, then put back
+    // as the members agreed it.
     let admin = imports(&set.broker, BROKER_NAMESPACE);
-    let mut moved = admin.get(&name).await?;
-    let agreed = moved.data["spec"]["ips"].clone();
-    moved.data["spec"]["ips"] = json!(["10.66.6.6"]);
-    admin.replace(&name, &PostParams::default(), &moved).await?;
+    update(&admin, &name, |r| {
+        r.data["spec"]["ips"] = json!(["10.66.6.6"])
+    })
+    .await?;
     let line = format!("ServiceImport {name}: refused: VIP 10.66.6.6 is outside the VIP pools");
     logged(set, &["east", "west", "north"], &[line]).await?;
-    let mut back = admin.get(&name).await?;
-    back.data["spec"]["ips"] = agreed;
-    admin
-        .replace(&name, &PostParams::default(), &back)
+    update(&admin, &name, |r| r.data["spec"]["ips"] = json!([vip]))
         .await
         .context("the agreed VIP put back")?;
     defended.sampler.finish(AFTER_ATTACK).await
