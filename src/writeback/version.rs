@@ -18,19 +18,37 @@ use uuid::Uuid;
 use super::api::delete_if_at;
 use crate::k8s::crd::ServiceImportStatus;
 use crate::k8s::crd::{ServiceExport, ServiceImport};
-use crate::k8s::records::{LABEL_MANAGED_BY, LABEL_SLICE_MANAGED_BY, MANAGER};
+use crate::k8s::records::{
+    ANNOTATION_FIRST_SEEN, LABEL_MANAGED_BY, LABEL_SLICE_MANAGED_BY, MANAGER,
+};
 use crate::model::Hasher;
 
 /// A digest of the parts of an object this controller writes and compares.
 pub(crate) trait Owned {
     /// Equal for objects whose owned parts are equal.
     fn owned_digest(&self) -> u64;
+
+    /// Takes from `current` what a rewrite of it must keep though a plan
+    /// made without it could not know (nothing, for most kinds).
+    fn keep_from(&mut self, current: &Self) {
+        let _ = current;
+    }
 }
 
 impl Owned for ServiceImport {
     fn owned_digest(&self) -> u64 {
         let meta = &self.metadata;
         digest(&(&self.spec, &meta.labels, &meta.annotations))
+    }
+
+    /// An export record's first-seen time, which the broker's policy never
+    /// lets change (`records::ANNOTATION_FIRST_SEEN`).
+    fn keep_from(&mut self, current: &Self) {
+        let kept = current.metadata.annotations.as_ref();
+        if let Some(first_seen) = kept.and_then(|a| a.get(ANNOTATION_FIRST_SEEN)) {
+            let annotations = self.metadata.annotations.get_or_insert_default();
+            annotations.insert(ANNOTATION_FIRST_SEEN.to_owned(), first_seen.clone());
+        }
     }
 }
 
@@ -186,6 +204,24 @@ impl Token {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record created again after a lost race keeps the first-seen time
+    /// the broker already has: the ownership policy refuses any other.
+    #[test]
+    fn a_rewrite_keeps_the_first_seen_time() {
+        let with = |first_seen: &str| {
+            let mut record = ServiceImport::default();
+            let annotations = [(ANNOTATION_FIRST_SEEN.to_owned(), first_seen.to_owned())];
+            record.metadata.annotations = Some(annotations.into());
+            record
+        };
+        let mut desired = with("2026-12-07T14:00:05Z");
+        desired.keep_from(&with("2026-12-07T14:00:00Z"));
+        assert_eq!(
+            desired.owned_digest(),
+            with("2026-12-07T14:00:00Z").owned_digest()
+        );
+    }
 
     /// Whatever was read is given back as it was: a precondition with
     /// another spelling of the same uid or version would fail with 409.

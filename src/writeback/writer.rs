@@ -279,10 +279,11 @@ impl Writer {
                 Err(e) if is_code(&e, 404) => Ok(("deleted", None)),
                 other => other.map(|_| ("deleted", None)),
             },
-            (Some(desired), None) => match api::create(api, &desired).await {
+            (Some(mut desired), None) => match api::create(api, &desired).await {
                 // Written by an earlier round the cache has not seen yet: compare with the real one.
                 Err(e) if is_code(&e, 409) => {
                     let current = api.get(name).await?;
+                    desired.keep_from(&current);
                     let (uid, current) = (current.meta().uid.clone(), Version::of(&current));
                     let replaced = self.replace(api, name, desired, &current).await;
                     replaced.map(|(outcome, new)| (outcome, new.or(uid)))
