@@ -123,6 +123,10 @@ pub struct Engine {
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
     vips: VipAllocator,
+    /// Services whose VIPs are kept though the broker's VIP record of them
+    /// is gone, because some cluster still exports them (ARCHITECTURE.md,
+    /// "A VIP survives the broker"); released with the last export.
+    unrecorded: HashSet<ServiceKey, Hasher>,
     /// Clusters whose heartbeat timed out ([`Change::Live`]).
     dead: BTreeSet<ClusterId>,
     /// What the applies since the last [`Engine::take_notes`] could not do
@@ -205,6 +209,7 @@ impl Engine {
             inputs: HashMap::default(),
             results: HashMap::default(),
             vips: VipAllocator::new(settings.pools),
+            unrecorded: HashSet::default(),
             dead: BTreeSet::new(),
             notes: Vec::new(),
             unreconciled: Touched::default(),
@@ -347,6 +352,12 @@ impl Engine {
         all
     }
 
+    /// Whether some cluster exports `key`.
+    fn exported(&self, key: &ServiceKey) -> bool {
+        let clusters = self.inputs.get(key);
+        clusters.is_some_and(|c| c.values().any(|i| i.export.is_some()))
+    }
+
     /// Applies one change; returns the namespace whose presence it changed.
     fn apply_one(&mut self, change: Change) -> Option<Arc<str>> {
         match change {
@@ -377,7 +388,13 @@ impl Engine {
                     self.remark(&old.1, &new.1);
                 }
             }
+            Change::Vips(key, ips) if ips.is_empty() && self.exported(&key) => {
+                // Gone from the broker, not released: answers keep the VIPs
+                // until a cluster writes the record again.
+                self.unrecorded.insert(key);
+            }
             Change::Vips(key, ips) => {
+                self.unrecorded.remove(&key);
                 for (holder, ip) in self.vips.assign(&key, &ips) {
                     let service = key.clone();
                     self.notes.push(Note::SharedVip {
@@ -410,6 +427,9 @@ impl Engine {
                 }
                 if clusters.is_empty() {
                     self.inputs.remove(&key);
+                }
+                if !self.exported(&key) && self.unrecorded.remove(&key) {
+                    self.vips.release(&key);
                 }
                 self.remark(&old, &[]);
             }
@@ -805,6 +825,41 @@ mod tests {
         assert_eq!(
             (engine.stats().cluster_set_ip, engine.stats().endpoints),
             (0, 0)
+        );
+    }
+
+    /// Issue 46 (a member's credentials delete a VIP record): the VIPs of a
+    /// service some cluster exports stay in its import until the record is
+    /// written again (ARCHITECTURE.md, "A VIP survives the broker"), and go
+    /// with the last export.
+    #[test]
+    fn a_vip_record_gone_keeps_the_vips_of_an_exported_service() {
+        let settings = EngineSettings {
+            vip_source: VipSource::Assigned,
+            ..EngineSettings::default()
+        };
+        let mut engine = Engine::new(settings);
+        let vip: IpAddr = "243.0.0.9".parse().unwrap();
+        let vips = |engine: &Engine| {
+            let import = engine.get(&key()).and_then(|a| a.import.clone());
+            import.map(|i| i.vips.to_vec()).unwrap_or_default()
+        };
+        engine.apply([
+            upsert(
+                "east",
+                Object::Service(Arc::new(service(&["10.0.0.1"], &[]))),
+            ),
+            upsert("east", Object::Export(export(1).into())),
+            Change::Vips(key(), vec![vip]),
+        ]);
+        assert_eq!(vips(&engine), [vip]);
+        engine.apply([Change::Vips(key(), Vec::new())]);
+        assert_eq!(vips(&engine), [vip], "kept while east exports");
+        engine.apply([Change::Delete("east".into(), key(), ObjectRef::Export)]);
+        assert_eq!(
+            engine.vips_mut().allocations(),
+            [],
+            "released with the export"
         );
     }
 

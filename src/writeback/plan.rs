@@ -329,21 +329,34 @@ fn published(view: &View<'_>) -> Vec<(String, Arc<SliceInfo>)> {
 /// a reason" (VIPs kept after the broker lost its records).
 fn vips(view: &View<'_>, key: &ServiceKey) -> Vips {
     let import = view.snapshot.import();
+    let record = records::vip_record_name(key);
+    let namespace = &view.settings.broker_namespace;
+    let recorded = view.caches.broker_records.get(namespace, &record).is_some();
     if let Some(import) = import.filter(|i| needs_vips(i)) {
-        if import.vips.len() == import.ip_families.len() {
+        let agreed = import.vips.len() == import.ip_families.len();
+        // The engine keeps the VIPs of an exported service whose VIP record
+        // went (ARCHITECTURE.md, "A VIP survives the broker"): the record
+        // is written again with them, by the cluster that claims.
+        let lost = agreed && !recorded && view.caches.broker_records.listed();
+        if agreed && !lost {
             return Vips::Restore(lost_claims(view.caches, key, &import.vips));
         }
         if let Some(left) = waits(view, key, import) {
             return Vips::Wait(left);
         }
+        let candidates = match lost {
+            true => import
+                .vips
+                .iter()
+                .map(|ip| (IpFamily::of(ip), vec![*ip]))
+                .collect(),
+            false => view.snapshot.candidates.clone(),
+        };
         return Vips::Claim {
             families: import.ip_families.clone(),
-            candidates: view.snapshot.candidates.clone(),
+            candidates,
         };
     }
-    let record = records::vip_record_name(key);
-    let namespace = &view.settings.broker_namespace;
-    let recorded = view.caches.broker_records.get(namespace, &record).is_some();
     let nobody_exports = view.snapshot.inputs.values().all(|i| i.export.is_none());
     if recorded && (nobody_exports || import.is_some()) {
         Vips::Release
@@ -879,6 +892,25 @@ mod tests {
         assert_eq!(world.plan().publish.vips, Vips::Restore(ips(&[&v6])));
     }
 
+    /// Issue 46 (a member's credentials delete a VIP record): the engine
+    /// keeps the VIPs of a service still exported, and the record is
+    /// written again with exactly them (ARCHITECTURE.md, "A VIP survives
+    /// the broker").
+    #[test]
+    fn a_vip_record_gone_is_written_again_with_the_same_vips() {
+        let mut world = World::new(&[IpFamily::IPv4]);
+        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
+        world.agreed(&["243.0.0.7"]);
+        world.engine.apply([Change::Vips(key(), Vec::new())]);
+        let record = on_broker(records::build::vip_record(V, &key(), &[]));
+        world.caches.broker_records.on_event(&Event::Delete(record));
+        let plan = world.plan();
+        assert_eq!(
+            claim_candidates(&plan)[&IpFamily::IPv4],
+            ips(&["243.0.0.7"])
+        );
+    }
+
     /// KEP-1645: a ClusterSetIP import has VIPs; when no cluster exports the
     /// service any longer, or its import needs none (the export turned VIPs
     /// off), the VIP record and its claims are released for other services.
@@ -1000,14 +1032,12 @@ mod tests {
             }],
             ports: vec![port("http", 80), port("metrics", 9090)],
         };
-        world.engine.apply([
-            Change::Upsert(
-                "east".into(),
-                key(),
-                Object::Slice("s".into(), Arc::new(remote)),
-            ),
-            Change::Vips(key(), ips(&["243.0.0.7"])),
-        ]);
+        world.engine.apply([Change::Upsert(
+            "east".into(),
+            key(),
+            Object::Slice("s".into(), Arc::new(remote)),
+        )]);
+        world.agreed(&["243.0.0.7"]);
         let local = world.plan().local.unwrap();
         let ports = |cluster: &str| {
             let slices = local.slices.iter().filter_map(|w| w.desired.as_ref());
