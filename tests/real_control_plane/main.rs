@@ -21,7 +21,6 @@ mod control_plane;
 mod coredns_side;
 mod crd_versions;
 mod endpoints;
-mod export_age;
 mod exports;
 mod faults;
 mod helm;
@@ -138,8 +137,8 @@ async fn run(filters: &[String]) -> ExitCode {
         exports::import_lives_while_any_cluster_exports,
         endpoints::headless_answers_follow_pod_readiness,
         exports::differing_ports_are_a_port_conflict,
-        export_age::no_member_makes_its_export_older,
-        export_age::a_restored_broker_keeps_the_oldest_export,
+        broker_trust::export_age::no_member_makes_its_export_older,
+        broker_trust::export_age::a_restored_broker_keeps_the_oldest_export,
         exports::ip_families_are_intersected,
         exports::concurrent_exports_never_share_a_vip,
         coredns_side::coredns_multicluster_answers_side_by_side,

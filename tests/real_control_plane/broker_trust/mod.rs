@@ -14,6 +14,7 @@
 
 pub mod addresses;
 pub mod deletion;
+pub mod export_age;
 pub mod impersonation;
 pub mod liveness;
 pub mod vip_hijack;
