@@ -6,10 +6,11 @@
 //! Deployment's rolling update would do it (a new replica up, an old one
 //! stopped, twice), in the order of docs/kubernetes.md, "Upgrading": the
 //! broker's ownership policy first, then one member after another. Every
-//! replica's answers and the broker's records are sampled every 100 ms
-//! throughout: no export record goes, no VIP changes, and no name exported
-//! somewhere gets another answer (KEP-1645: a VIP is stable for the
-//! import's life; an import lives while any cluster exports it).
+//! replica's answers are sampled every 100 ms throughout, and the broker's
+//! records followed by a watch: no export record goes, no VIP changes, and
+//! no name exported somewhere gets another answer (KEP-1645: a VIP is
+//! stable for the import's life; an import lives while any cluster exports
+//! it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -18,9 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use futures::StreamExt;
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::ListParams;
+use kube::api::DynamicObject;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use test_support::{Outcome, resolve};
 use tokio::sync::Mutex;
@@ -72,98 +75,145 @@ struct Plan {
     vips: BTreeMap<String, Vec<String>>,
 }
 
-/// Samples every [`SAMPLE_EVERY`] until stopped; each answer or broker
-/// state that differs from the plan is a line of the report.
+impl Plan {
+    /// What is wrong with the broker's records of [`NS`] after `event`,
+    /// `present` being the export records seen so far.
+    fn broker_event(
+        &self,
+        event: watcher::Event<DynamicObject>,
+        present: &mut BTreeSet<String>,
+    ) -> Vec<String> {
+        let name = |record: &DynamicObject| record.metadata.name.clone().unwrap_or_default();
+        match event {
+            watcher::Event::Init => {
+                present.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(record) | watcher::Event::Apply(record) => {
+                present.insert(name(&record));
+                let ips = serde_json::from_value(record.data["spec"]["ips"].clone());
+                match self.vips.get(&name(&record)) {
+                    Some(agreed) if ips.as_ref().ok() != Some(agreed) => vec![format!(
+                        "VIP record {}: {ips:?}, agreed {agreed:?}",
+                        name(&record)
+                    )],
+                    _ => Vec::new(),
+                }
+            }
+            watcher::Event::InitDone => self
+                .exports
+                .iter()
+                .chain(self.vips.keys())
+                .filter(|r| !present.contains(*r))
+                .map(|r| format!("{r} missing"))
+                .collect(),
+            watcher::Event::Delete(record) => {
+                let gone = name(&record);
+                present.remove(&gone);
+                match self.exports.contains(&gone) || self.vips.contains_key(&gone) {
+                    true => vec![format!("{gone} deleted")],
+                    false => Vec::new(),
+                }
+            }
+        }
+    }
+}
+
+/// Samples until stopped: every replica's answers every [`SAMPLE_EVERY`],
+/// and every change of the broker's records as its watch tells it; each
+/// answer or record that differs from the plan is a line of the report.
 struct Sampler {
     /// Held by the sampler for a whole round, so a replica taken out of
     /// the plan is no longer asked once [`Self::edit`] returns.
     plan: Arc<Mutex<Plan>>,
     stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
+    answers: tokio::task::JoinHandle<(usize, Vec<String>)>,
+    broker: tokio::task::JoinHandle<Vec<String>>,
 }
 
 impl Sampler {
     fn start(broker: Client, plan: Plan) -> Self {
         let plan = Arc::new(Mutex::new(plan));
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let shared = plan.clone();
-        let task = tokio::spawn(async move {
-            let began = Instant::now();
-            let (mut rounds, mut wrong) = (0, Vec::new());
-            let records = imports(&broker, BROKER_NAMESPACE);
-            let selector = format!("clusterset-dns.io/service-namespace={NS}");
-            while !*stopped.borrow() {
-                let plan = shared.lock().await;
-                let Plan {
-                    replicas,
-                    names,
-                    exports,
-                    vips,
-                } = &*plan;
-                let at = began.elapsed().as_secs_f32();
-                for (replica, dns) in replicas {
-                    for expected in names {
-                        let got = match expected.answer {
-                            Answer::Ips(_) => {
-                                Answer::Ips(resolve(*dns, &expected.name, expected.rtype).await)
-                            }
-                            Answer::Srv(_) => {
-                                let reply =
-                                    test_support::query(*dns, &expected.name, RecordType::SRV);
-                                Answer::Srv(test_support::srv_targets(&reply.await))
-                            }
-                        };
-                        if got != expected.answer {
-                            wrong.push(format!(
-                                "+{at:.1}s {replica}: {} {}: {got:?}, expected {:?}",
-                                expected.name, expected.rtype, expected.answer
-                            ));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let began = Instant::now();
+        let answers = tokio::spawn(Self::answers(plan.clone(), stopped.clone(), began));
+        let broker = tokio::spawn(Self::broker(broker, plan.clone(), stopped, began));
+        Self {
+            plan,
+            stop,
+            answers,
+            broker,
+        }
+    }
+
+    /// Asks every replica every name, round after round.
+    async fn answers(
+        plan: Arc<Mutex<Plan>>,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+        began: Instant,
+    ) -> (usize, Vec<String>) {
+        let (mut rounds, mut wrong) = (0, Vec::new());
+        while !*stopped.borrow() {
+            let plan = plan.lock().await;
+            let at = began.elapsed().as_secs_f32();
+            for (replica, dns) in &plan.replicas {
+                for expected in &plan.names {
+                    let got = match expected.answer {
+                        Answer::Ips(_) => {
+                            Answer::Ips(resolve(*dns, &expected.name, expected.rtype).await)
                         }
+                        Answer::Srv(_) => {
+                            let reply = test_support::query(*dns, &expected.name, RecordType::SRV);
+                            Answer::Srv(test_support::srv_targets(&reply.await))
+                        }
+                    };
+                    if got != expected.answer {
+                        wrong.push(format!(
+                            "+{at:.1}s {replica}: {} {}: {got:?}, expected {:?}",
+                            expected.name, expected.rtype, expected.answer
+                        ));
                     }
-                }
-                match records.list(&ListParams::default().labels(&selector)).await {
-                    Ok(list) => {
-                        let mut seen_exports = BTreeSet::new();
-                        let mut seen_vips = BTreeMap::new();
-                        for record in list.items {
-                            let name = record.metadata.name.clone().unwrap_or_default();
-                            let labels = record.metadata.labels.unwrap_or_default();
-                            match labels.get("clusterset-dns.io/role").map(String::as_str) {
-                                Some("export") => {
-                                    seen_exports.insert(name);
-                                }
-                                _ => {
-                                    let ips = record.data["spec"]["ips"].clone();
-                                    let ips = serde_json::from_value(ips).unwrap_or_default();
-                                    seen_vips.insert(name, ips);
-                                }
-                            }
-                        }
-                        let lost: Vec<_> = exports.difference(&seen_exports).collect();
-                        if !lost.is_empty() {
-                            wrong.push(format!("+{at:.1}s broker: export records gone: {lost:?}"));
-                        }
-                        for (record, agreed) in vips {
-                            let now = seen_vips.get(record);
-                            if now != Some(agreed) {
-                                wrong.push(format!(
-                                    "+{at:.1}s broker: VIP record {record}: {now:?}, agreed {agreed:?}"
-                                ));
-                            }
-                        }
-                    }
-                    Err(e) => wrong.push(format!("+{at:.1}s broker: list: {e}")),
-                }
-                drop(plan);
-                rounds += 1;
-                tokio::select! {
-                    _ = tokio::time::sleep(SAMPLE_EVERY) => {}
-                    _ = stopped.changed() => {}
                 }
             }
-            (rounds, wrong)
-        });
-        Self { plan, stop, task }
+            drop(plan);
+            rounds += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(SAMPLE_EVERY) => {}
+                _ = stopped.changed() => {}
+            }
+        }
+        (rounds, wrong)
+    }
+
+    /// Follows the broker's records of [`NS`] with a watch, so a record
+    /// deleted and written again between two rounds is seen too.
+    async fn broker(
+        broker: Client,
+        plan: Arc<Mutex<Plan>>,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+        began: Instant,
+    ) -> Vec<String> {
+        let selector = format!("clusterset-dns.io/service-namespace={NS}");
+        let config = watcher::Config::default().labels(&selector);
+        let records = imports(&broker, BROKER_NAMESPACE);
+        let mut events = std::pin::pin!(watcher(records, config).default_backoff());
+        let (mut present, mut wrong) = (BTreeSet::new(), Vec::new());
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = stopped.changed() => break,
+            };
+            let at = began.elapsed().as_secs_f32();
+            match event {
+                Some(Ok(event)) => {
+                    let found = plan.lock().await.broker_event(event, &mut present);
+                    wrong.extend(found.into_iter().map(|w| format!("+{at:.1}s broker: {w}")));
+                }
+                Some(Err(e)) => eprintln!("  +{at:.1}s the broker watch: {e} (retried)"),
+                None => break,
+            }
+        }
+        wrong
     }
 
     async fn edit(&self, change: impl FnOnce(&mut Plan)) {
@@ -173,10 +223,11 @@ impl Sampler {
     /// Stops sampling; fails with every wrong sample.
     async fn finish(self) -> Result<usize> {
         let _ = self.stop.send(true);
-        let (rounds, wrong) = self.task.await.context("the sampler")?;
+        let (rounds, mut wrong) = self.answers.await.context("the sampler")?;
+        wrong.extend(self.broker.await.context("the broker watch")?);
         ensure!(
             wrong.is_empty(),
-            "{} of {rounds} rounds saw something else than before the upgrade (first 40):\n{}",
+            "{} answers or broker events in {rounds} rounds not as before the upgrade (first 40):\n{}",
             wrong.len(),
             wrong
                 .iter()
