@@ -5,7 +5,8 @@
 //! types and a port conflict; then each member is upgraded in turn as its
 //! Deployment's rolling update would do it (a new replica up, an old one
 //! stopped, twice), in the order of docs/kubernetes.md, "Upgrading": the
-//! broker's ownership policy first, then one member after another. Every
+//! broker's ownership policy first, then one member after another (and
+//! one rolled back and forward again). Every
 //! replica's answers are sampled every 100 ms throughout, and the broker's
 //! records followed by a watch: no export record goes, no VIP changes, and
 //! no name exported somewhere gets another answer (KEP-1645: a VIP is
@@ -473,21 +474,23 @@ async fn upgrade(set: &mut Clusterset, previous: &Path) -> Result<()> {
     .await?;
 
     let current = Path::new(env!("CARGO_BIN_EXE_clusterset-dns"));
-    for (step, id) in ORDER.into_iter().enumerate() {
+    for id in ORDER {
         let i = set.members.iter().position(|m| m.id == id).context(id)?;
         roll(set, i, current, Some(&sampler)).await?;
         // The upgraded member's writer publishes under the policy, and the
         // others (some still on the previous release) read what it wrote.
-        probe(
-            set,
-            &sampler,
-            id,
-            &format!("probe-{id}"),
-            &format!("10.{}.41.1", step + 1),
-        )
-        .await?;
+        let ip = format!("10.{}.41.1", i + 1);
+        probe(set, &sampler, id, &format!("probe-{id}"), &ip).await?;
         eprintln!("  {id} upgraded at +{:.1?}", began.elapsed());
     }
+    // A rollback under the policy, sampled too: west back to the previous
+    // release, publishing there, and forward again.
+    let west = set.members.iter().position(|m| m.id == "west");
+    let west = west.context("west")?;
+    roll(set, west, previous, Some(&sampler)).await?;
+    probe(set, &sampler, "west", "rollback-west", "10.2.43.1").await?;
+    roll(set, west, current, Some(&sampler)).await?;
+    eprintln!("  west rolled back and forward at +{:.1?}", began.elapsed());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rounds = sampler.finish().await?;
     eprintln!(
