@@ -42,13 +42,10 @@ const REPLICAS: usize = 2;
 /// How often every replica is asked every name, and the broker read.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
-/// `<target dir>/previous/target/debug/clusterset-dns`, where
-/// `tests/upgrade/build-previous.sh` builds the previous release (the
-/// target dir is the one this test binary was built in).
+/// `clusterset-dns-previous` beside this release's binary, where
+/// `tests/upgrade/build-previous.sh` builds the previous release.
 fn previous_binary() -> PathBuf {
-    let current = Path::new(env!("CARGO_BIN_EXE_clusterset-dns"));
-    let target = current.ancestors().nth(2).unwrap_or(Path::new("target"));
-    target.join("previous/target/debug/clusterset-dns")
+    Path::new(env!("CARGO_BIN_EXE_clusterset-dns")).with_file_name("clusterset-dns-previous")
 }
 
 /// What one sampled name must answer, from the moment it is sampled on.

@@ -4,13 +4,11 @@
 # (tests/real_control_plane/upgrade.rs): the commit before the broker's
 # ownership policy (docs/kubernetes.md, "Upgrading"). Its tree is exported
 # with `git archive` (no worktree to register or clean up) into
-# <target dir>/previous/src-<commit>, and built there, debug and --locked,
-# into <target dir>/previous/target/debug/clusterset-dns, where the
-# scenario looks for it. <target dir> is $CARGO_TARGET_DIR, or target/.
-#
-# Its own target dir: in the shared one the old build's binary would
-# replace target/debug/clusterset-dns, the one every test runs. A rebuild
-# when the tree is exported already is cargo's no-op.
+# <target dir>/previous/src-<commit> and built, debug and --locked, in the
+# same target dir as this release, sharing the dependencies both build, as
+# <target dir>/debug/clusterset-dns-previous, where the scenario looks for
+# it. <target dir> is $CARGO_TARGET_DIR, or target/. A rebuild is cargo's
+# no-op.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -30,8 +28,22 @@ if [ ! -e "$src/.exported" ]; then
     rm -rf "$src"
     mkdir -p "$src"
     git archive --format=tar "$commit" | tar -x -C "$src"
+    # The one change to its tree: its binary is named clusterset-dns-previous,
+    # so that in the shared target dir it never replaces
+    # target/debug/clusterset-dns, the one every test runs. Binary names are
+    # not in Cargo.lock, so --locked still holds.
+    sed -i 's/^default-run = "clusterset-dns"$/default-run = "clusterset-dns-previous"\nautobins = false/' \
+        "$src/Cargo.toml"
+    grep -q '^autobins = false$' "$src/Cargo.toml" || {
+        echo "error: $commit's Cargo.toml has no default-run line to rename" >&2
+        exit 1
+    }
+    printf '\n[[bin]]\nname = "clusterset-dns-previous"\npath = "src/main.rs"\n' >>"$src/Cargo.toml"
     touch "$src/.exported"
 fi
-cargo build --locked --quiet --manifest-path "$src/Cargo.toml" \
-    --target-dir "$previous/target" --bin clusterset-dns
-echo "built $previous/target/debug/clusterset-dns ($commit)"
+# Its build script asks git for the revision, and would find this checkout
+# around target/ (another revision, and a rebuild at every commit): the
+# ceiling keeps git out of it, so the binary reports "unknown".
+GIT_CEILING_DIRECTORIES="$previous" cargo build --locked --quiet \
+    --manifest-path "$src/Cargo.toml" --target-dir "$target" --bin clusterset-dns-previous
+echo "built $target/debug/clusterset-dns-previous ($commit)"
