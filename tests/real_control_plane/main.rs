@@ -152,7 +152,7 @@ async fn run(filters: &[String]) -> ExitCode {
         prometheus::prometheus_pages_for_a_dead_member => 240,
         crd_versions::every_crd_release_in_one_clusterset,
         crd_versions::a_crd_serving_no_version_loses_no_export,
-        upgrade::members_upgraded_one_at_a_time_lose_nothing => 600,
+        upgrade::members_upgraded_one_at_a_time_lose_nothing,
         image::a_replica_runs_from_the_image,
         broker_trust::the_readers_ignore_what_a_compromised_broker_holds,
     ];
