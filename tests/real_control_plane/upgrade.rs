@@ -6,12 +6,11 @@
 //! Deployment's rolling update would do it (a new replica up, an old one
 //! stopped, twice), in the order of docs/kubernetes.md, "Upgrading": the
 //! broker's ownership policy first, then one member after another (and
-//! one rolled back and forward again). Every
-//! replica's answers are sampled every 100 ms throughout, and the broker's
-//! records followed by a watch: no export record goes, no VIP changes, and
-//! no name exported somewhere gets another answer (KEP-1645: a VIP is
-//! stable for the import's life; an import lives while any cluster exports
-//! it).
+//! one rolled back and forward again). Every replica's answers are sampled
+//! every 100 ms throughout, and the broker's records followed by a watch:
+//! no export record goes, no VIP changes, and no name exported somewhere
+//! gets another answer (KEP-1645: a VIP is stable for the import's life;
+//! an import lives while any cluster exports it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -39,7 +38,7 @@ const NS: &str = "upgrade";
 const PREVIOUS: &str = "559ad55";
 /// Replicas per member (config/kubernetes/deployment.yaml).
 const REPLICAS: usize = 2;
-/// How often every replica is asked every name, and the broker read.
+/// How often every replica is asked every name.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 /// `clusterset-dns-previous` beside this release's binary, where
@@ -57,6 +56,7 @@ struct Expected {
     answer: Answer,
 }
 
+/// An answer as the sampler compares it.
 #[derive(Clone, Debug, PartialEq)]
 enum Answer {
     Ips(Outcome),
