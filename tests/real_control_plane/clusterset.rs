@@ -73,6 +73,11 @@ impl Replica {
     pub fn kill(mut self) {
         self.process.kill();
     }
+
+    /// Stops it as Kubernetes stops a Pod (SIGTERM): it releases its Lease.
+    pub fn stop(mut self) {
+        tokio::task::block_in_place(|| self.process.stop());
+    }
 }
 
 /// One member cluster: its control plane and its replicas.
@@ -384,6 +389,12 @@ impl Clusterset {
 
     /// Starts one more replica of member `i` and waits until it answers.
     pub async fn add_replica(&mut self, i: usize) -> Result<()> {
+        self.add_replica_of(i, Path::new(env!("CARGO_BIN_EXE_clusterset-dns")))
+            .await
+    }
+
+    /// [`Self::add_replica`] running `binary` (another release: `upgrade.rs`).
+    pub async fn add_replica_of(&mut self, i: usize, binary: &Path) -> Result<()> {
         let member = &mut self.members[i];
         let identity = format!("{}-{}", member.id, member.started);
         member.started += 1;
@@ -408,7 +419,7 @@ impl Clusterset {
         .map(str::to_owned)
         .into();
         args.extend(replica_flags(&member.id));
-        let process = spawn_member(&identity, &args, &log)?;
+        let process = spawn_member(&identity, binary, &args, &log)?;
         let mut replica = Replica {
             identity,
             dns,
@@ -499,19 +510,14 @@ impl Clusterset {
     }
 }
 
-fn spawn_member(identity: &str, args: &[String], log: &Path) -> Result<Process> {
+fn spawn_member(identity: &str, binary: &Path, args: &[String], log: &Path) -> Result<Process> {
     // RUST_LOG reaches the binary through the environment Process keeps.
     // SAFETY: set before the runtime's threads read the environment here
     // (only this harness's own thread spawns processes).
     if std::env::var_os("RUST_LOG").is_none() {
         unsafe { std::env::set_var("RUST_LOG", "clusterset_dns=info,kube=warn") };
     }
-    Process::spawn(
-        identity,
-        Path::new(env!("CARGO_BIN_EXE_clusterset-dns")),
-        args,
-        log,
-    )
+    Process::spawn(identity, binary, args, log)
 }
 
 /// Waits until a replica answers the zone's SOA (its first sync is done).

@@ -29,6 +29,7 @@ mod ownership;
 mod pods;
 mod prometheus;
 mod security;
+mod upgrade;
 mod workloads;
 
 use std::future::Future;
@@ -152,6 +153,7 @@ async fn run(filters: &[String]) -> ExitCode {
         prometheus::prometheus_pages_for_a_dead_member => 240,
         crd_versions::every_crd_release_in_one_clusterset,
         crd_versions::a_crd_serving_no_version_loses_no_export,
+        upgrade::members_upgraded_one_at_a_time_lose_nothing,
         image::a_replica_runs_from_the_image,
         broker_trust::vip_hijack::no_member_moves_an_agreed_vip,
         broker_trust::impersonation::no_member_writes_as_another_or_takes_a_protected_name,
