@@ -11,8 +11,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::conditions::ConflictReason;
-use crate::model::import::{Aggregate, Import, ImportCluster};
-use crate::model::trust::Protected;
+use crate::model::conditions::reason;
+use crate::model::import::{Aggregate, ExportStatus, Import, ImportCluster};
+use crate::model::trust::{Declared, Protected};
 use crate::model::{
     Change, ClusterId, Hasher, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey,
 };
@@ -51,6 +52,10 @@ pub struct EngineSettings {
     /// Namespaces whose exports are refused (`Valid=False`): Kubernetes
     /// mode's, see [`crate::model::trust`].
     pub protected: Protected,
+    /// The namespaces each cluster may export from (Kubernetes mode's
+    /// `--cluster-namespaces`): an export elsewhere is refused
+    /// (`Valid=False`, `NamespaceNotAllowed`).
+    pub declared: Declared,
 }
 
 impl Default for EngineSettings {
@@ -63,6 +68,7 @@ impl Default for EngineSettings {
             local_cluster: None,
             namespaces_known: false,
             protected: Protected::default(),
+            declared: Declared::default(),
         }
     }
 }
@@ -119,6 +125,8 @@ pub struct Engine {
     namespaces: Option<HashSet<Arc<str>>>,
     /// Namespaces whose exports are refused.
     protected: Protected,
+    /// The namespaces each cluster may export from.
+    declared: Declared,
     stats: Stats,
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
@@ -201,6 +209,7 @@ impl Engine {
             local_cluster: settings.local_cluster,
             namespaces: settings.namespaces_known.then(HashSet::new),
             protected: settings.protected,
+            declared: settings.declared,
             stats: Stats::default(),
             inputs: HashMap::default(),
             results: HashMap::default(),
@@ -456,7 +465,23 @@ impl Engine {
             clusterset_ip: self.clusterset_ip,
             namespace_protected: self.protected.refuses(key).is_err(),
         };
-        let mut result = aggregate::aggregate(inputs, &policy);
+        let refused = self.refusals(key, inputs, policy.namespace_protected);
+        let mut result = if refused.is_empty() {
+            aggregate::aggregate(inputs, &policy)
+        } else {
+            // The refused exports are left out, as if withdrawn, and each
+            // gets its own status (ARCHITECTURE.md, "Trust between clusters").
+            let mut kept = inputs.clone();
+            for status in &refused {
+                if let Some(input) = kept.get_mut(&status.cluster) {
+                    input.export = None;
+                }
+            }
+            let mut result = aggregate::aggregate(&kept, &policy);
+            result.exports.extend(refused);
+            result.exports.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+            result
+        };
         if let Some(import) = &mut result.import {
             liveness::leave_out_dead(import, &self.dead);
             let close = close_cluster(import, self.local_cluster.as_ref());
@@ -499,6 +524,29 @@ impl Engine {
             self.results.insert(key.clone(), result);
         }
         import
+    }
+}
+
+impl Engine {
+    /// The exports of `key` refused for what is declared of their cluster
+    /// (none in a protected namespace: the aggregation refuses them all).
+    fn refusals(
+        &self,
+        key: &ServiceKey,
+        inputs: &PerCluster,
+        protected: bool,
+    ) -> Vec<ExportStatus> {
+        if protected {
+            return Vec::new();
+        }
+        let exporting = inputs.iter().filter(|(_, input)| input.export.is_some());
+        exporting
+            .filter_map(|(cluster, _)| {
+                let refusal = self.declared.namespace(cluster, key).err()?;
+                let why = reason::NAMESPACE_NOT_ALLOWED;
+                Some(ExportStatus::refused(cluster.clone(), why, refusal))
+            })
+            .collect()
     }
 }
 
@@ -634,6 +682,64 @@ mod tests {
         assert!(!valid.status);
         assert_eq!(valid.reason, reason::NAMESPACE_PROTECTED);
         assert!(engine.get(&key()).unwrap().import.is_some());
+    }
+
+    /// Issue 46, item 3: a cluster with an allow-list (`--cluster-namespaces`)
+    /// has its export of another namespace refused with `Valid=False`
+    /// (`NamespaceNotAllowed`, in its own cluster) and left out of the
+    /// import, which the other clusters' exports still make.
+    #[test]
+    fn exports_outside_a_clusters_namespaces_are_refused() {
+        let mut engine = Engine::new(EngineSettings {
+            declared: Declared::new([("east".into(), "shop".into())], []),
+            ..EngineSettings::default()
+        });
+        let payroll = ServiceKey::new("payroll", "api");
+        for (cluster, key) in [
+            ("east", key()),
+            ("east", payroll.clone()),
+            ("west", payroll.clone()),
+        ] {
+            let ip = if cluster == "east" {
+                "10.0.0.1"
+            } else {
+                "10.0.0.2"
+            };
+            engine.apply([
+                Change::Upsert(
+                    cluster.into(),
+                    key.clone(),
+                    Object::Service(Arc::new(service(&[ip], &[("http", 80)]))),
+                ),
+                Change::Upsert(cluster.into(), key, Object::Export(export(1).into())),
+            ]);
+        }
+        assert!(engine.get(&key()).unwrap().import.is_some());
+        let api = engine.get(&payroll).unwrap();
+        let clusters: Vec<&str> = api
+            .import
+            .as_ref()
+            .unwrap()
+            .clusters
+            .iter()
+            .map(|c| &*c.cluster)
+            .collect();
+        assert_eq!(clusters, ["west"], "east's export is left out");
+        let east = &api.exports[0];
+        assert_eq!(&*east.cluster, "east");
+        let valid = east.condition(VALID).unwrap();
+        assert_eq!(
+            (valid.status, valid.reason.as_ref()),
+            (false, reason::NAMESPACE_NOT_ALLOWED)
+        );
+        assert_eq!(
+            valid.message,
+            "namespace payroll is not among cluster east's namespaces"
+        );
+        assert!(
+            api.exports[1].condition(VALID).unwrap().status,
+            "west's is valid"
+        );
     }
 
     /// Loaded facts are not reconciled (no import, no VIP) until the next

@@ -116,6 +116,9 @@ pub(crate) mod reason {
     /// ServiceExport `Valid=False`: a Service of a protected namespace
     /// (`model/trust.rs`; this program's reason, as the MCS API allows).
     pub(crate) const NAMESPACE_PROTECTED: &str = "NamespaceProtected";
+    /// ServiceExport `Valid=False`: a namespace outside the cluster's
+    /// allow-list (`--cluster-namespaces`; this program's reason).
+    pub(crate) const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
     /// ServiceExport `Ready=True`: the export is in the import (pushed to the broker).
     pub(crate) const EXPORTED: &str = "Exported";
     /// ServiceExport `Ready=False` while it cannot take effect yet (no
@@ -148,9 +151,15 @@ pub(crate) enum On {
 /// by commas. The engine's tests check that it writes nothing else (so it
 /// is compiled for tests only).
 #[cfg(test)]
-pub(crate) const WRITTEN: [(On, &str, bool, &str); 11] = [
+pub(crate) const WRITTEN: [(On, &str, bool, &str); 12] = [
     (On::ServiceExport, VALID, true, reason::VALID),
     (On::ServiceExport, VALID, false, reason::NAMESPACE_PROTECTED),
+    (
+        On::ServiceExport,
+        VALID,
+        false,
+        reason::NAMESPACE_NOT_ALLOWED,
+    ),
     (On::ServiceExport, VALID, false, reason::NO_SERVICE),
     (
         On::ServiceExport,
@@ -256,9 +265,10 @@ mod tests {
     /// program's, so a disagreement about it has no upstream name.
     const EXTENSIONS: [ConflictReason; 1] = [ConflictReason::ClusterSetIPConflict];
 
-    /// Likewise the refusal of a protected namespace's export (issue 46;
-    /// Lighthouse refuses them too, under a reason of its own).
-    const OWN_REASONS: [&str; 1] = [reason::NAMESPACE_PROTECTED];
+    /// Likewise the refusals of issue 46: a protected namespace's export
+    /// (Lighthouse refuses them too, under a reason of its own), one outside
+    /// the cluster's allow-list.
+    const OWN_REASONS: [&str; 2] = [reason::NAMESPACE_PROTECTED, reason::NAMESPACE_NOT_ALLOWED];
 
     fn upstream(on: On, type_: &str, status: &str, reason: &str) -> bool {
         UPSTREAM.contains(&(on, type_, status, reason))

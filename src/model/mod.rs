@@ -46,6 +46,11 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
+pub fn is_valid_cluster_id(name: &str) -> bool {
+    name.split('.').count() <= 2 && name.split('.').all(is_dns_label)
+}
+
 /// The hasher of the process's maps and sets: foldhash, several times faster
 /// than the standard library's SipHash on the short names and keys they hold,
 /// and seeded per process like it.

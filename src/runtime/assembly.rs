@@ -23,7 +23,7 @@ use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
 use crate::model::IpFamily;
-use crate::model::trust::{Protected, Trust};
+use crate::model::trust::{Declared, Protected, Trust};
 use crate::plumbing::listen::Caps;
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
@@ -107,15 +107,17 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
             let broker_namespace = args.kubernetes.broker_namespace.clone();
             let own = [broker_namespace.as_str(), &args.kubernetes.lease_namespace];
             let protected = Protected::new(&own);
+            let declared = declared(&args.kubernetes);
             let engine = EngineSettings {
                 protected: protected.clone(),
+                declared: declared.clone(),
                 vip_source: VipSource::Assigned,
                 local_cluster: Some(connection.cluster.clone()),
                 namespaces_known: true,
                 ..engine_settings(clusterset)
             };
             let pools = [IpFamily::IPv4, IpFamily::IPv6].map(|f| engine.pools.pool(f));
-            let trust = Trust::new(pools.to_vec(), protected);
+            let trust = Trust::new(pools.to_vec(), protected, declared);
             let facts = FactSources::new(&connection, &broker_namespace, trust);
             let source = Kubernetes {
                 connection,
@@ -171,6 +173,14 @@ pub fn connection_settings(args: &KubernetesArgs) -> ConnectionSettings {
         broker_context: args.broker_context.clone(),
         cluster_id: args.cluster_id.clone(),
     }
+}
+
+/// What `--cluster-namespaces` and `--cluster-cidrs` declare of each cluster.
+pub fn declared(args: &KubernetesArgs) -> Declared {
+    Declared::new(
+        args.cluster_namespaces.iter().cloned(),
+        args.cluster_cidrs.iter().cloned(),
+    )
 }
 
 /// DNS over TLS as the flags set it.
