@@ -351,6 +351,22 @@ pub struct KubernetesArgs {
     #[arg(long, action = ArgAction::Append, value_delimiter = ',',
           value_name = "CLUSTER=CIDR", value_parser = parse_cluster_cidr)]
     pub cluster_cidrs: Vec<(ClusterId, IpNet)>,
+    /// Most services one cluster may export. Past it, that cluster's exports
+    /// last by namespace and name are left out of every import (the same in
+    /// every member); in its own cluster they are `Valid=False`
+    /// (`ExportLimitReached`) and not published.
+    #[arg(long, default_value_t = 250_000, value_name = "N")]
+    pub max_exports_per_cluster: u64,
+    /// Most endpoints one cluster's exports may hold together. Past it, its
+    /// exports last by namespace and name are left out whole, as for
+    /// `--max-exports-per-cluster` (`EndpointLimitReached`).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    pub max_endpoints_per_cluster: u64,
+    /// Most ClusterSetIP imports of one namespace with clusterset VIPs. Past
+    /// it, the imports last by name get none: they resolve to every
+    /// cluster's ClusterIPs, and their ServiceImport says `VIPLimitReached`.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_vips_per_namespace: u64,
 }
 
 /// Output format of `status` and `explain`.

@@ -11,8 +11,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::conditions::ConflictReason;
-use crate::model::conditions::reason;
+use crate::model::conditions::{Condition, READY, reason};
 use crate::model::import::{Aggregate, ExportStatus, Import, ImportCluster};
+use crate::model::limits::{Budget, Limit, Limits};
 use crate::model::trust::{Declared, Protected};
 use crate::model::{
     Change, ClusterId, Hasher, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey,
@@ -56,6 +57,9 @@ pub struct EngineSettings {
     /// `--cluster-namespaces`): an export elsewhere is refused
     /// (`Valid=False`, `NamespaceNotAllowed`).
     pub declared: Declared,
+    /// The caps on what one cluster may publish and on the VIPs of one
+    /// namespace (Kubernetes mode's; [`Limits::NONE`] in embedded mode).
+    pub limits: Limits,
 }
 
 impl Default for EngineSettings {
@@ -69,6 +73,7 @@ impl Default for EngineSettings {
             namespaces_known: false,
             protected: Protected::default(),
             declared: Declared::default(),
+            limits: Limits::NONE,
         }
     }
 }
@@ -127,6 +132,11 @@ pub struct Engine {
     protected: Protected,
     /// The namespaces each cluster may export from.
     declared: Declared,
+    /// What each cap keeps.
+    budgets: Budgets,
+    /// Services another's change under a cap moved in or out of it, to be
+    /// reconciled in the same apply.
+    displaced: Vec<ServiceKey>,
     stats: Stats,
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
@@ -174,6 +184,15 @@ pub enum Note {
         /// The service whose VIP it is.
         holder: ServiceKey,
     },
+    /// A cap now leaves a service out: a cluster's export of it, or its VIPs.
+    Limited {
+        /// Which cap.
+        limit: Limit,
+        /// The cluster, or the namespace, the cap is on.
+        scope: Arc<str>,
+        /// The service left out.
+        service: ServiceKey,
+    },
 }
 
 impl std::fmt::Display for Note {
@@ -195,6 +214,11 @@ impl std::fmt::Display for Note {
             Note::ClusterUsesVip { ip, holder } => {
                 write!(f, "a cluster uses {ip}, the clusterset VIP of {holder}")
             }
+            Note::Limited {
+                limit,
+                scope,
+                service,
+            } => write!(f, "{service}: left out by --{limit} ({scope} is over it)"),
         }
     }
 }
@@ -210,6 +234,8 @@ impl Engine {
             namespaces: settings.namespaces_known.then(HashSet::new),
             protected: settings.protected,
             declared: settings.declared,
+            budgets: Budgets::new(settings.limits),
+            displaced: Vec::new(),
             stats: Stats::default(),
             inputs: HashMap::default(),
             results: HashMap::default(),
@@ -255,13 +281,33 @@ impl Engine {
             updates.extend(untouched.map(|(k, r)| (k.clone(), self.served(k, r.import.clone()))));
         }
         updates.extend(touched.into_iter().filter_map(|key| {
-            let before = self.results.get(&key).and_then(|r| r.import.clone());
-            let before = self.served(&key, before);
-            let after = self.reconcile(&key);
-            let after = self.served(&key, after);
-            (before != after || moved.contains(key.namespace())).then_some((key, after))
+            let moved = moved.contains(key.namespace());
+            self.reconcile_served(key, moved)
         }));
+        // A VIP cap moved others in or out (by name: at most a few per
+        // change, ARCHITECTURE.md "Trust between clusters").
+        while !self.displaced.is_empty() {
+            let mut displaced = std::mem::take(&mut self.displaced);
+            displaced.sort();
+            displaced.dedup();
+            let again = displaced.into_iter();
+            updates.extend(again.filter_map(|key| self.reconcile_served(key, false)));
+        }
         updates
+    }
+
+    /// Reconciles `key`; returns its served import when that changed (or
+    /// when `moved`: its namespace came or went).
+    fn reconcile_served(
+        &mut self,
+        key: ServiceKey,
+        moved: bool,
+    ) -> Option<(ServiceKey, Option<Arc<Import>>)> {
+        let before = self.results.get(&key).and_then(|r| r.import.clone());
+        let before = self.served(&key, before);
+        let after = self.reconcile(&key);
+        let after = self.served(&key, after);
+        (before != after || moved).then_some((key, after))
     }
 
     /// Applies changes to the inputs only: the services they touch are
@@ -286,7 +332,39 @@ impl Engine {
                 }
                 _ => {}
             }
+            let weighed = match &change {
+                Change::Upsert(cluster, key, _) | Change::Delete(cluster, key, _) => {
+                    Some((cluster.clone(), key.clone()))
+                }
+                _ => None,
+            };
             touched.namespaces.extend(self.apply_one(change));
+            if let Some((cluster, key)) = weighed {
+                self.weigh(&cluster, &key, &mut touched.services);
+            }
+        }
+    }
+
+    /// Puts what `cluster` now publishes of `key` under its caps; the
+    /// services whose place under a cap this changed join `touched`.
+    fn weigh(
+        &mut self,
+        cluster: &ClusterId,
+        key: &ServiceKey,
+        touched: &mut HashSet<ServiceKey, Hasher>,
+    ) {
+        let entry = self.inputs.get(key).and_then(|c| c.get(cluster));
+        let export = entry.filter(|e| e.export.is_some());
+        let endpoints = export.map_or(0, |e| e.slices.values().map(|s| s.endpoints.len()).sum());
+        let weights = [
+            (Limit::ExportsPerCluster, u64::from(export.is_some())),
+            (Limit::EndpointsPerCluster, endpoints as u64),
+        ];
+        for (limit, weight) in weights {
+            let moved = self
+                .budgets
+                .set(limit, cluster, key, weight, &mut self.notes);
+            touched.extend(moved);
         }
     }
 
@@ -458,6 +536,7 @@ impl Engine {
             if allocate {
                 self.vips.release(key);
             }
+            self.keeps_vips(key, false);
             return None;
         };
         let policy = Policy {
@@ -487,6 +566,31 @@ impl Engine {
             let close = close_cluster(import, self.local_cluster.as_ref());
             if close != import.close {
                 Arc::make_mut(import).close = close;
+            }
+        }
+        let wants_vips = result
+            .import
+            .as_ref()
+            .is_some_and(|i| i.type_ == ImportType::ClusterSetIP && i.clusterset_ip);
+        let vips_kept = self.keeps_vips(key, wants_vips);
+        if let Some(import) = result.import.as_mut().filter(|_| !vips_kept) {
+            // Over its namespace's cap: served as an import without VIPs
+            // (every cluster's ClusterIPs), and the writer claims none.
+            let import = Arc::make_mut(import);
+            import.clusterset_ip = false;
+            if import.ready.status {
+                let cap = self.budgets.limits.vips_per_namespace;
+                let message = format!(
+                    "namespace {} holds its cap of {cap} clusterset VIPs (--{}): this import resolves to every cluster's ClusterIPs",
+                    key.namespace(),
+                    Limit::VipsPerNamespace,
+                );
+                import.ready = Arc::new(Condition::new(
+                    READY,
+                    true,
+                    reason::VIP_LIMIT_REACHED,
+                    message,
+                ));
             }
         }
         match &mut result.import {
@@ -542,11 +646,124 @@ impl Engine {
         let exporting = inputs.iter().filter(|(_, input)| input.export.is_some());
         exporting
             .filter_map(|(cluster, _)| {
-                let refusal = self.declared.namespace(cluster, key).err()?;
-                let why = reason::NAMESPACE_NOT_ALLOWED;
+                let (why, refusal) = match self.declared.namespace(cluster, key) {
+                    Err(refusal) => (reason::NAMESPACE_NOT_ALLOWED, refusal),
+                    Ok(()) => self.budgets.refusal(cluster, key)?,
+                };
                 Some(ExportStatus::refused(cluster.clone(), why, refusal))
             })
             .collect()
+    }
+
+    /// Puts `key` under its namespace's VIP cap (`wants`: its import is
+    /// to have VIPs); whether the cap keeps it.
+    fn keeps_vips(&mut self, key: &ServiceKey, wants: bool) -> bool {
+        let namespace = key.namespace();
+        let limit = Limit::VipsPerNamespace;
+        let moved = self
+            .budgets
+            .set(limit, namespace, key, u64::from(wants), &mut self.notes);
+        self.displaced.extend(moved);
+        self.budgets.keeps(limit, namespace, key)
+    }
+
+    /// How many are left out by `limit` now: exports (per cluster caps) or
+    /// imports without their VIPs.
+    pub fn limited(&self, limit: Limit) -> usize {
+        self.budgets.refused(limit)
+    }
+}
+
+/// What each cap keeps: one [`Budget`] per cluster (exports, endpoints) or
+/// per namespace (VIPs), none for a cap that is off.
+#[derive(Debug)]
+struct Budgets {
+    limits: Limits,
+    of: HashMap<(Limit, Arc<str>), Budget<ServiceKey>, Hasher>,
+}
+
+impl Budgets {
+    fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            of: HashMap::default(),
+        }
+    }
+
+    /// Sets the weight of `key` under `limit` in `scope` (a cluster, a
+    /// namespace); notes the services it leaves out and returns those whose
+    /// place changed.
+    fn set(
+        &mut self,
+        limit: Limit,
+        scope: &Arc<str>,
+        key: &ServiceKey,
+        weight: u64,
+        notes: &mut Vec<Note>,
+    ) -> Vec<ServiceKey> {
+        let cap = self.limits.cap(limit);
+        if cap == u64::MAX {
+            return Vec::new();
+        }
+        let id = (limit, scope.clone());
+        let budget = match self.of.get_mut(&id) {
+            Some(budget) => budget,
+            None if weight == 0 => return Vec::new(),
+            None => self
+                .of
+                .entry(id.clone())
+                .or_insert_with(|| Budget::new(cap)),
+        };
+        let was_kept = budget.keeps(key);
+        let mut moved = budget.set(key.clone(), weight);
+        if was_kept && !budget.keeps(key) {
+            moved.push((key.clone(), false));
+        }
+        if budget.is_empty() {
+            self.of.remove(&id);
+        }
+        moved
+            .into_iter()
+            .map(|(service, kept)| {
+                if !kept {
+                    let scope = scope.clone();
+                    let service = service.clone();
+                    notes.push(Note::Limited {
+                        limit,
+                        scope,
+                        service,
+                    });
+                }
+                service
+            })
+            .collect()
+    }
+
+    fn keeps(&self, limit: Limit, scope: &Arc<str>, key: &ServiceKey) -> bool {
+        let id = (limit, scope.clone());
+        self.of.get(&id).is_none_or(|b| b.keeps(key))
+    }
+
+    /// Why a cap leaves `cluster`'s export of `key` out, if one does.
+    fn refusal(&self, cluster: &ClusterId, key: &ServiceKey) -> Option<(&'static str, String)> {
+        let [exports, endpoints] = [Limit::ExportsPerCluster, Limit::EndpointsPerCluster];
+        let (limit, why, what) = if !self.keeps(exports, cluster, key) {
+            (exports, reason::EXPORT_LIMIT_REACHED, "services")
+        } else if !self.keeps(endpoints, cluster, key) {
+            (endpoints, reason::ENDPOINT_LIMIT_REACHED, "endpoints")
+        } else {
+            return None;
+        };
+        let cap = self.limits.cap(limit);
+        let message = format!(
+            "cluster {cluster} exports more than {cap} {what} (--{limit}); the exports first by namespace and name that fit are kept"
+        );
+        Some((why, message))
+    }
+
+    fn refused(&self, limit: Limit) -> usize {
+        let of = self.of.iter().filter(|((l, _), _)| *l == limit);
+        of.map(|(_, budget)| budget.refused()).sum()
     }
 }
 
@@ -740,6 +957,208 @@ mod tests {
             api.exports[1].condition(VALID).unwrap().status,
             "west's is valid"
         );
+    }
+
+    /// `cluster` exports `shop/<name>` with a Service of `ip` and, if
+    /// any, one slice of `endpoints`.
+    fn exported(cluster: &str, name: &str, ip: &str, endpoints: &[&str]) -> Vec<Change> {
+        let key = ServiceKey::new("shop", name);
+        let ready: Vec<(&str, Option<&str>, bool)> =
+            endpoints.iter().map(|e| (*e, None, true)).collect();
+        let object = |o| Change::Upsert(cluster.into(), key.clone(), o);
+        let mut changes = vec![
+            object(Object::Service(Arc::new(service(&[ip], &[("http", 80)])))),
+            object(Object::Export(export(1).into())),
+        ];
+        if !endpoints.is_empty() {
+            changes.push(object(Object::Slice("s".into(), slice(&ready))));
+        }
+        changes
+    }
+
+    fn limited(limits: Limits) -> Engine {
+        Engine::new(EngineSettings {
+            limits,
+            ..EngineSettings::default()
+        })
+    }
+
+    /// The reason of `cluster`'s `Valid` condition for `shop/<name>`.
+    fn valid_reason(engine: &Engine, name: &str, cluster: &str) -> String {
+        let aggregate = engine.get(&ServiceKey::new("shop", name)).unwrap();
+        let status = aggregate.exports.iter().find(|e| &*e.cluster == cluster);
+        status.unwrap().condition(VALID).unwrap().reason.to_string()
+    }
+
+    /// Issue 46, item 4 ("a cap per cluster on records it may publish"):
+    /// past the cap a cluster's exports last by name are left out, and the
+    /// same ones whatever order they came in; the other clusters' exports
+    /// of the same services are untouched, and a service displaced by an
+    /// earlier name is reconciled in the same apply.
+    #[test]
+    fn a_clusters_exports_past_its_cap_are_left_out_by_name() {
+        let mut engine = limited(Limits {
+            exports_per_cluster: 2,
+            ..Limits::NONE
+        });
+        let mut changes = Vec::new();
+        for name in ["c", "b", "a"] {
+            changes.extend(exported("east", name, "10.0.0.1", &[]));
+        }
+        changes.extend(exported("west", "c", "10.0.0.2", &[]));
+        engine.apply(changes);
+        assert_eq!(valid_reason(&engine, "a", "east"), reason::VALID);
+        assert_eq!(
+            valid_reason(&engine, "c", "east"),
+            reason::EXPORT_LIMIT_REACHED
+        );
+        assert_eq!(valid_reason(&engine, "c", "west"), reason::VALID);
+        let c = engine.get(&ServiceKey::new("shop", "c")).unwrap();
+        let clusters: Vec<&str> = c
+            .import
+            .as_ref()
+            .unwrap()
+            .clusters
+            .iter()
+            .map(|c| &*c.cluster)
+            .collect();
+        assert_eq!(clusters, ["west"]);
+        assert_eq!(engine.limited(Limit::ExportsPerCluster), 1);
+        assert!(engine.take_notes().contains(&Note::Limited {
+            limit: Limit::ExportsPerCluster,
+            scope: "east".into(),
+            service: ServiceKey::new("shop", "c"),
+        }));
+
+        // An earlier name displaces b, whose import goes in the same apply.
+        let updates = engine.apply(exported("east", "0", "10.0.0.1", &[]));
+        let b = ServiceKey::new("shop", "b");
+        assert!(updates.contains(&(b.clone(), None)), "{updates:?}");
+        assert_eq!(
+            valid_reason(&engine, "b", "east"),
+            reason::EXPORT_LIMIT_REACHED
+        );
+        // One leaving lets b back.
+        let updates = engine.apply([Change::Delete(
+            "east".into(),
+            ServiceKey::new("shop", "a"),
+            ObjectRef::Export,
+        )]);
+        assert!(
+            updates.iter().any(|(k, i)| *k == b && i.is_some()),
+            "{updates:?}"
+        );
+        assert_eq!(engine.limited(Limit::ExportsPerCluster), 1, "c still");
+    }
+
+    /// Issue 46, item 4 ("a cap per cluster on ... endpoints it may
+    /// publish"): the cluster's exports last by name whose endpoints do not
+    /// fit are left out whole (`EndpointLimitReached`), and come back when
+    /// the endpoints before them shrink.
+    #[test]
+    fn a_clusters_endpoints_past_its_cap_leave_its_last_exports_out() {
+        let mut engine = limited(Limits {
+            endpoints_per_cluster: 3,
+            ..Limits::NONE
+        });
+        let mut changes = exported("east", "a", "10.0.0.1", &["10.1.0.1", "10.1.0.2"]);
+        changes.extend(exported("east", "b", "10.0.0.2", &["10.1.0.3", "10.1.0.4"]));
+        engine.apply(changes);
+        assert_eq!(valid_reason(&engine, "a", "east"), reason::VALID);
+        assert_eq!(
+            valid_reason(&engine, "b", "east"),
+            reason::ENDPOINT_LIMIT_REACHED
+        );
+        assert!(
+            engine
+                .get(&ServiceKey::new("shop", "b"))
+                .unwrap()
+                .import
+                .is_none()
+        );
+        assert_eq!(engine.limited(Limit::EndpointsPerCluster), 1);
+        let shrink = Change::Upsert(
+            "east".into(),
+            ServiceKey::new("shop", "a"),
+            Object::Slice("s".into(), slice(&[("10.1.0.1", None, true)])),
+        );
+        engine.apply([shrink]);
+        assert_eq!(valid_reason(&engine, "b", "east"), reason::VALID);
+        assert_eq!(engine.limited(Limit::EndpointsPerCluster), 0);
+    }
+
+    /// Issue 46, item 4 ("a per-namespace cap on VIPs a namespace may hold
+    /// so one tenant cannot exhaust the pool"): past the cap an import gets
+    /// no VIP, resolves to every cluster's ClusterIPs and says why; another
+    /// namespace still gets VIPs.
+    #[test]
+    fn a_namespace_past_its_vip_cap_gets_no_more_vips() {
+        let mut engine = limited(Limits {
+            vips_per_namespace: 1,
+            ..Limits::NONE
+        });
+        let mut changes = exported("east", "a", "10.0.0.1", &[]);
+        changes.extend(exported("east", "b", "10.0.0.2", &[]));
+        let other = ServiceKey::new("web", "b");
+        changes.push(Change::Upsert(
+            "east".into(),
+            other.clone(),
+            Object::Service(Arc::new(service(&["10.0.0.3"], &[("http", 80)]))),
+        ));
+        changes.push(Change::Upsert(
+            "east".into(),
+            other.clone(),
+            Object::Export(export(1).into()),
+        ));
+        engine.apply(changes);
+        let import = |name: &str| {
+            engine
+                .get(&ServiceKey::new("shop", name))
+                .unwrap()
+                .import
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(import("a").vips.len(), 1);
+        let b = import("b");
+        assert!(b.vips.is_empty() && !b.clusterset_ip);
+        assert_eq!(
+            b.addresses.to_vec(),
+            ["10.0.0.2".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            (b.ready.status, b.ready.reason.as_ref()),
+            (true, reason::VIP_LIMIT_REACHED)
+        );
+        assert_eq!(
+            engine
+                .get(&other)
+                .unwrap()
+                .import
+                .as_ref()
+                .unwrap()
+                .vips
+                .len(),
+            1
+        );
+        assert_eq!(engine.limited(Limit::VipsPerNamespace), 1);
+        assert_eq!(engine.vips().allocated(IpFamily::IPv4), 2, "a and web/b");
+
+        // a goes: b gets a VIP in the same apply.
+        let updates = engine.apply([Change::Delete(
+            "east".into(),
+            ServiceKey::new("shop", "a"),
+            ObjectRef::Export,
+        )]);
+        let b = updates
+            .iter()
+            .find(|(k, _)| k.name().as_ref() == "b" && k.namespace().as_ref() == "shop");
+        assert_eq!(
+            b.and_then(|(_, i)| i.as_ref()).map(|i| i.vips.len()),
+            Some(1),
+            "{updates:?}"
+        );
+        assert_eq!(engine.limited(Limit::VipsPerNamespace), 0);
     }
 
     /// Loaded facts are not reconciled (no import, no VIP) until the next

@@ -7,6 +7,7 @@ pub(crate) mod backoff;
 pub(crate) mod conditions;
 pub(crate) mod import;
 pub(crate) mod intern;
+pub(crate) mod limits;
 pub(crate) mod port;
 pub(crate) mod trust;
 

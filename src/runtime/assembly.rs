@@ -23,6 +23,7 @@ use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
 use crate::model::IpFamily;
+use crate::model::limits::Limits;
 use crate::model::trust::{Declared, Protected, Trust};
 use crate::plumbing::listen::Caps;
 use crate::runtime::pipeline::PipelineSettings;
@@ -111,6 +112,7 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
             let engine = EngineSettings {
                 protected: protected.clone(),
                 declared: declared.clone(),
+                limits: limits(&args.kubernetes),
                 vip_source: VipSource::Assigned,
                 local_cluster: Some(connection.cluster.clone()),
                 namespaces_known: true,
@@ -181,6 +183,16 @@ pub fn declared(args: &KubernetesArgs) -> Declared {
         args.cluster_namespaces.iter().cloned(),
         args.cluster_cidrs.iter().cloned(),
     )
+}
+
+/// The caps `--max-exports-per-cluster`, `--max-endpoints-per-cluster` and
+/// `--max-vips-per-namespace` set.
+pub fn limits(args: &KubernetesArgs) -> Limits {
+    Limits {
+        exports_per_cluster: args.max_exports_per_cluster,
+        endpoints_per_cluster: args.max_endpoints_per_cluster,
+        vips_per_namespace: args.max_vips_per_namespace,
+    }
 }
 
 /// DNS over TLS as the flags set it.
