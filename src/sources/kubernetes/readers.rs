@@ -87,13 +87,13 @@ impl FactSources {
             broker_records: FactSource {
                 resource: "broker/serviceimports",
                 api: Place::mcs(mcs.broker_imports.clone(), Some(broker_namespace)),
-                labels: None,
+                labels: Some(records::BROKER_RECORDS_SELECTOR),
                 read: broker_records(me.clone(), trust.clone()),
             },
             broker_slices: FactSource {
                 resource: "broker/endpointslices",
                 api: Place::fixed(Api::namespaced(broker.clone(), broker_namespace)),
-                labels: None,
+                labels: Some(records::BROKER_SLICES_SELECTOR),
                 read: broker_slices(me.clone(), trust),
             },
         }
