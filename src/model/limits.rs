@@ -122,6 +122,11 @@ impl<K: Ord + Clone> Budget<K> {
     /// Sets the weight of `item` (0: takes it out), and returns the other
     /// items whose outcome this changed, with whether each is now kept.
     pub(crate) fn set(&mut self, item: K, weight: u64) -> Vec<(K, bool)> {
+        // Most changes (a Service, a slice of the same size) keep the
+        // weight: one lookup.
+        if self.weights.get(&item).copied().unwrap_or(0) == weight {
+            return Vec::new();
+        }
         let before = self.first_refused.clone();
         let in_run = |first: &Option<K>| first.as_ref().is_none_or(|first| &item < first);
         if let Some(old) = self.weights.remove(&item) {
