@@ -332,8 +332,14 @@ impl Engine {
                 }
                 _ => {}
             }
+            // A Service weighs nothing under the caps: only exports and slices.
             let weighed = match &change {
-                Change::Upsert(cluster, key, _) | Change::Delete(cluster, key, _) => {
+                Change::Upsert(cluster, key, object)
+                    if object.reference() != ObjectRef::Service =>
+                {
+                    Some((cluster.clone(), key.clone()))
+                }
+                Change::Delete(cluster, key, reference) if *reference != ObjectRef::Service => {
                     Some((cluster.clone(), key.clone()))
                 }
                 _ => None,
