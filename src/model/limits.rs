@@ -83,6 +83,8 @@ impl fmt::Display for Limit {
 pub(crate) struct Budget<K> {
     cap: u64,
     weights: BTreeMap<K, u64>,
+    /// The weight of every item.
+    weight: u64,
     /// The weight of the kept items.
     kept_weight: u64,
     /// How many items are kept.
@@ -97,6 +99,7 @@ impl<K: Ord + Clone> Budget<K> {
         Self {
             cap,
             weights: BTreeMap::new(),
+            weight: 0,
             kept_weight: 0,
             kept: 0,
             first_refused: None,
@@ -114,9 +117,20 @@ impl<K: Ord + Clone> Budget<K> {
         self.weights.len() - self.kept
     }
 
-    /// Whether nothing is left in it.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.weights.is_empty()
+    /// The weight of every item, kept or not.
+    pub(crate) fn weight(&self) -> u64 {
+        self.weight
+    }
+
+    /// The refused items, in order.
+    pub(crate) fn refused_items(&self) -> Vec<K> {
+        let Some(first) = &self.first_refused else {
+            return Vec::new();
+        };
+        self.weights
+            .range(first..)
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Sets the weight of `item` (0: takes it out), and returns the other
@@ -130,6 +144,7 @@ impl<K: Ord + Clone> Budget<K> {
         let before = self.first_refused.clone();
         let in_run = |first: &Option<K>| first.as_ref().is_none_or(|first| &item < first);
         if let Some(old) = self.weights.remove(&item) {
+            self.weight -= old;
             if self.first_refused.as_ref() == Some(&item) {
                 self.first_refused = self.after(&item);
             } else if in_run(&self.first_refused) {
@@ -143,6 +158,7 @@ impl<K: Ord + Clone> Budget<K> {
                 self.kept += 1;
             }
             self.weights.insert(item.clone(), weight);
+            self.weight += weight;
         }
         self.settle();
         self.changed(before, &item)
@@ -278,6 +294,13 @@ mod tests {
                     }
                 }
                 assert_eq!(budget.refused(), weights.len() - kept.len());
+                assert_eq!(budget.weight(), weights.values().sum::<u64>());
+                let refused: Vec<u32> = weights
+                    .keys()
+                    .copied()
+                    .filter(|k| !kept.contains(k))
+                    .collect();
+                assert_eq!(budget.refused_items(), refused);
             }
         }
     }
