@@ -281,21 +281,44 @@ fn to_argument(arg: &clap::Arg, key: &str, value: &Value) -> Result<Option<OsStr
             )),
         };
     }
+    let list = |items: Vec<String>| {
+        let Some(delimiter) = arg.get_value_delimiter() else {
+            return Err(format!(
+                "invalid value {}: expected one value, not a list",
+                show(value)
+            ));
+        };
+        Ok(items.join(&delimiter.to_string()))
+    };
     let text = match value {
         Value::Null => return Ok(None),
-        Value::Array(items) => {
-            let Some(delimiter) = arg.get_value_delimiter() else {
-                return Err(format!(
-                    "invalid value {}: expected one value, not a list",
-                    show(value)
-                ));
-            };
-            let items: Vec<String> = items.iter().map(scalar).collect::<Result<_, _>>()?;
-            items.join(&delimiter.to_string())
+        Value::Array(items) => list(items.iter().map(scalar).collect::<Result<_, _>>()?)?,
+        Value::Object(entries) if keyed(arg) => {
+            let mut items = Vec::new();
+            for (name, values) in entries {
+                let values = match values {
+                    Value::Array(values) => values.iter().collect(),
+                    one => vec![one],
+                };
+                for v in values {
+                    items.push(format!("{name}={}", scalar(v)?));
+                }
+            }
+            if items.is_empty() {
+                return Ok(None);
+            }
+            list(items)?
         }
         other => scalar(other)?,
     };
     Ok(Some(format!("--{key}={text}").into()))
+}
+
+/// Whether `arg` takes `KEY=VALUE` items (`--cluster-namespaces`), which a
+/// file may also give as a mapping of keys to a value or a list of them.
+fn keyed(arg: &clap::Arg) -> bool {
+    let names = arg.get_value_names().unwrap_or_default();
+    arg.get_value_delimiter().is_some() && names.iter().any(|n| n.as_str().contains('='))
 }
 
 /// The reason clap gave for rejecting one value, with what is allowed.
@@ -611,5 +634,60 @@ mod tests {
         assert_eq!(inv.log_directives(Some("debug")), format!("trace{quiet}"));
         inv.cli.log_level = Some("info,hickory_proto=debug".into());
         assert_eq!(inv.log_directives(None), "info,hickory_proto=debug");
+    }
+
+    /// Issue 46, item 3: the per-cluster lists of `serve` as mappings of
+    /// cluster to values (or as `CLUSTER=VALUE` lists); a bad entry names
+    /// the file, the key and the value.
+    #[test]
+    fn per_cluster_keys_take_mappings() {
+        let file = "cluster-namespaces: {east: [shop, web], west: shop}\ncluster-cidrs: [east=10.1.0.0/16]\n";
+        let inv = parse_with(
+            file,
+            &["serve", "--source", "kubernetes", "--config", "FILE"],
+        )
+        .unwrap();
+        let args = &serve(&inv).kubernetes;
+        let namespaces: Vec<(&str, &str)> = args
+            .cluster_namespaces
+            .iter()
+            .map(|(c, n)| (&**c, n.as_str()))
+            .collect();
+        assert_eq!(
+            namespaces,
+            [("east", "shop"), ("east", "web"), ("west", "shop")]
+        );
+        assert_eq!(
+            args.cluster_cidrs,
+            [("east".into(), "10.1.0.0/16".parse().unwrap())]
+        );
+        let inv = parse_with(
+            "cluster-cidrs: {}\n",
+            &["serve", "--source", "kubernetes", "--config", "FILE"],
+        )
+        .unwrap();
+        assert!(serve(&inv).kubernetes.cluster_cidrs.is_empty());
+        let err = parse_with(
+            "cluster-cidrs: {east: [10.1.0.0/33]}\n",
+            &["serve", "--source", "kubernetes", "--config", "FILE"],
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("c.yaml: cluster-cidrs: invalid value"),
+            "{err}"
+        );
+        assert!(
+            err.contains("\"10.1.0.0/33\" is not an address prefix"),
+            "{err}"
+        );
+        let err = parse_with(
+            "cluster-namespaces: {East: shop}\n",
+            &["serve", "--config", "FILE"],
+        )
+        .unwrap_err();
+        assert!(err.contains("cluster-namespaces: invalid value"), "{err}");
+        assert!(err.contains("not a cluster id"), "{err}");
+        let err = parse_with("ttl: {a: 1}\n", &["serve", "--config", "FILE"]).unwrap_err();
+        assert!(err.contains("ttl: invalid value"), "{err}");
     }
 }

@@ -15,7 +15,8 @@ use hickory_proto::rr::Name;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::index::ReverseZone;
-use crate::model::IpFamily;
+use crate::model::trust::{parse_cluster_cidr, parse_cluster_namespace};
+use crate::model::{ClusterId, IpFamily};
 
 /// Multi-Cluster Services reconciler and authoritative DNS for clusterset.local.
 ///
@@ -334,6 +335,38 @@ pub struct KubernetesArgs {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
           default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
     pub pod_ips: bool,
+    /// `CLUSTER=NAMESPACE`: a cluster listed here may export only from the
+    /// namespaces listed for it; its records for others are refused, and in
+    /// its own cluster such an export is `Valid=False` (`NamespaceNotAllowed`).
+    /// Repeatable or comma-separated; a config file may give a mapping of
+    /// cluster to namespaces. Clusters not listed: any namespace but the
+    /// protected ones.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',',
+          value_name = "CLUSTER=NAMESPACE", value_parser = parse_cluster_namespace)]
+    pub cluster_namespaces: Vec<(ClusterId, String)>,
+    /// `CLUSTER=CIDR`: a cluster listed here has its ClusterIPs and endpoints
+    /// inside the networks listed for it; its records with others are
+    /// refused. Repeatable or comma-separated; a config file may give a
+    /// mapping of cluster to CIDRs. Clusters not listed: any routable address.
+    #[arg(long, action = ArgAction::Append, value_delimiter = ',',
+          value_name = "CLUSTER=CIDR", value_parser = parse_cluster_cidr)]
+    pub cluster_cidrs: Vec<(ClusterId, IpNet)>,
+    /// Most services one cluster may export. Past it, that cluster's exports
+    /// last by namespace and name are left out of every import (the same in
+    /// every member); in its own cluster they are `Valid=False`
+    /// (`ExportLimitReached`) and not published.
+    #[arg(long, default_value_t = 250_000, value_name = "N")]
+    pub max_exports_per_cluster: u64,
+    /// Most endpoints one cluster's exports may hold together. Past it, its
+    /// exports last by namespace and name are left out whole, as for
+    /// `--max-exports-per-cluster` (`EndpointLimitReached`).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    pub max_endpoints_per_cluster: u64,
+    /// Most ClusterSetIP imports of one namespace with clusterset VIPs. Past
+    /// it, the imports last by name get none: they resolve to every
+    /// cluster's ClusterIPs, and their ServiceImport says `VIPLimitReached`.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_vips_per_namespace: u64,
 }
 
 /// Output format of `status` and `explain`.

@@ -11,8 +11,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::conditions::ConflictReason;
-use crate::model::import::{Aggregate, Import, ImportCluster};
-use crate::model::trust::Protected;
+use crate::model::conditions::{Condition, READY, reason};
+use crate::model::import::{Aggregate, ExportStatus, Import, ImportCluster};
+use crate::model::limits::{Budget, Limit, Limits};
+use crate::model::trust::{Declared, Protected};
 use crate::model::{
     Change, ClusterId, Hasher, ImportType, IpFamily, Ips, Object, ObjectRef, ServiceKey,
 };
@@ -51,6 +53,13 @@ pub struct EngineSettings {
     /// Namespaces whose exports are refused (`Valid=False`): Kubernetes
     /// mode's, see [`crate::model::trust`].
     pub protected: Protected,
+    /// The namespaces each cluster may export from (Kubernetes mode's
+    /// `--cluster-namespaces`): an export elsewhere is refused
+    /// (`Valid=False`, `NamespaceNotAllowed`).
+    pub declared: Declared,
+    /// The caps on what one cluster may publish and on the VIPs of one
+    /// namespace (Kubernetes mode's; [`Limits::NONE`] in embedded mode).
+    pub limits: Limits,
 }
 
 impl Default for EngineSettings {
@@ -63,6 +72,8 @@ impl Default for EngineSettings {
             local_cluster: None,
             namespaces_known: false,
             protected: Protected::default(),
+            declared: Declared::default(),
+            limits: Limits::NONE,
         }
     }
 }
@@ -119,13 +130,20 @@ pub struct Engine {
     namespaces: Option<HashSet<Arc<str>>>,
     /// Namespaces whose exports are refused.
     protected: Protected,
+    /// The namespaces each cluster may export from.
+    declared: Declared,
+    /// What each cap keeps.
+    budgets: Budgets,
+    /// Services another's change under a cap moved in or out of it, to be
+    /// reconciled in the same apply.
+    displaced: Vec<ServiceKey>,
     stats: Stats,
     inputs: HashMap<ServiceKey, PerCluster, Hasher>,
     results: HashMap<ServiceKey, Aggregate, Hasher>,
     vips: VipAllocator,
     /// Services whose VIPs are kept though the broker's VIP record of them
-    /// is gone, because some cluster still exports them (ARCHITECTURE.md,
-    /// "A VIP survives the broker"); released with the last export.
+    /// is gone, because their import still answers them (ARCHITECTURE.md,
+    /// "A VIP survives the broker"); released once it needs none.
     unrecorded: HashSet<ServiceKey, Hasher>,
     /// Clusters whose heartbeat timed out ([`Change::Live`]).
     dead: BTreeSet<ClusterId>,
@@ -170,6 +188,15 @@ pub enum Note {
         /// The service whose VIP it is.
         holder: ServiceKey,
     },
+    /// A cap now leaves a service out: a cluster's export of it, or its VIPs.
+    Limited {
+        /// Which cap.
+        limit: Limit,
+        /// The cluster, or the namespace, the cap is on.
+        scope: Arc<str>,
+        /// The service left out.
+        service: ServiceKey,
+    },
 }
 
 impl std::fmt::Display for Note {
@@ -191,6 +218,11 @@ impl std::fmt::Display for Note {
             Note::ClusterUsesVip { ip, holder } => {
                 write!(f, "a cluster uses {ip}, the clusterset VIP of {holder}")
             }
+            Note::Limited {
+                limit,
+                scope,
+                service,
+            } => write!(f, "{service}: left out by --{limit} ({scope} is over it)"),
         }
     }
 }
@@ -205,6 +237,9 @@ impl Engine {
             local_cluster: settings.local_cluster,
             namespaces: settings.namespaces_known.then(HashSet::new),
             protected: settings.protected,
+            declared: settings.declared,
+            budgets: Budgets::new(settings.limits),
+            displaced: Vec::new(),
             stats: Stats::default(),
             inputs: HashMap::default(),
             results: HashMap::default(),
@@ -251,13 +286,33 @@ impl Engine {
             updates.extend(untouched.map(|(k, r)| (k.clone(), self.served(k, r.import.clone()))));
         }
         updates.extend(touched.into_iter().filter_map(|key| {
-            let before = self.results.get(&key).and_then(|r| r.import.clone());
-            let before = self.served(&key, before);
-            let after = self.reconcile(&key);
-            let after = self.served(&key, after);
-            (before != after || moved.contains(key.namespace())).then_some((key, after))
+            let moved = moved.contains(key.namespace());
+            self.reconcile_served(key, moved)
         }));
+        // A VIP cap moved others in or out (by name: at most a few per
+        // change, ARCHITECTURE.md "Trust between clusters").
+        while !self.displaced.is_empty() {
+            let mut displaced = std::mem::take(&mut self.displaced);
+            displaced.sort();
+            displaced.dedup();
+            let again = displaced.into_iter();
+            updates.extend(again.filter_map(|key| self.reconcile_served(key, false)));
+        }
         updates
+    }
+
+    /// Reconciles `key`; returns its served import when that changed (or
+    /// when `moved`: its namespace came or went).
+    fn reconcile_served(
+        &mut self,
+        key: ServiceKey,
+        moved: bool,
+    ) -> Option<(ServiceKey, Option<Arc<Import>>)> {
+        let before = self.results.get(&key).and_then(|r| r.import.clone());
+        let before = self.served(&key, before);
+        let after = self.reconcile(&key);
+        let after = self.served(&key, after);
+        (before != after || moved).then_some((key, after))
     }
 
     /// Applies changes to the inputs only: the services they touch are
@@ -282,7 +337,56 @@ impl Engine {
                 }
                 _ => {}
             }
+            // A Service weighs nothing under the caps: only exports and slices.
+            let weighed = match &change {
+                Change::Upsert(cluster, key, object)
+                    if object.reference() != ObjectRef::Service =>
+                {
+                    Some((cluster.clone(), key.clone()))
+                }
+                Change::Delete(cluster, key, reference) if *reference != ObjectRef::Service => {
+                    Some((cluster.clone(), key.clone()))
+                }
+                _ => None,
+            };
+            let before = weighed.as_ref().map(|(c, k)| self.weights(c, k));
             touched.namespaces.extend(self.apply_one(change));
+            if let (Some((cluster, key)), Some(before)) = (weighed, before) {
+                self.weigh(&cluster, &key, before, &mut touched.services);
+            }
+        }
+    }
+
+    /// What `cluster` publishes of `key` under the per-cluster caps
+    /// ([`CLUSTER_LIMITS`] order).
+    fn weights(&self, cluster: &ClusterId, key: &ServiceKey) -> [u64; 2] {
+        let entry = self.inputs.get(key).and_then(|c| c.get(cluster));
+        entry.map_or([0, 0], cluster_weights)
+    }
+
+    /// Puts what `cluster` now publishes of `key` (`before`: what it did)
+    /// under its caps; the services whose place under a cap this changed
+    /// join `touched`.
+    fn weigh(
+        &mut self,
+        cluster: &ClusterId,
+        key: &ServiceKey,
+        before: [u64; 2],
+        touched: &mut HashSet<ServiceKey, Hasher>,
+    ) {
+        let after = self.weights(cluster, key);
+        let (budgets, inputs, notes) = (&mut self.budgets, &self.inputs, &mut self.notes);
+        for (i, limit) in CLUSTER_LIMITS.into_iter().enumerate() {
+            // Every service of the cluster, should the cap need ranking.
+            let every = || {
+                let of_cluster = inputs.iter().filter_map(|(k, per)| {
+                    let weight = cluster_weights(per.get(cluster)?)[i];
+                    (weight > 0).then(|| (k.clone(), weight))
+                });
+                of_cluster.collect()
+            };
+            let change = (before[i], after[i]);
+            touched.extend(budgets.count(limit, cluster, key, change, every, notes));
         }
     }
 
@@ -352,10 +456,10 @@ impl Engine {
         all
     }
 
-    /// Whether some cluster exports `key`.
-    fn exported(&self, key: &ServiceKey) -> bool {
-        let clusters = self.inputs.get(key);
-        clusters.is_some_and(|c| c.values().any(|i| i.export.is_some()))
+    /// Whether `key`'s import answers VIPs now.
+    fn answers_vips(&self, key: &ServiceKey) -> bool {
+        let import = self.results.get(key).and_then(|r| r.import.as_deref());
+        import.is_some_and(|i| !i.vips.is_empty())
     }
 
     /// Applies one change; returns the namespace whose presence it changed.
@@ -388,7 +492,7 @@ impl Engine {
                     self.remark(&old.1, &new.1);
                 }
             }
-            Change::Vips(key, ips) if ips.is_empty() && self.exported(&key) => {
+            Change::Vips(key, ips) if ips.is_empty() && self.answers_vips(&key) => {
                 // Gone from the broker, not released: answers keep the VIPs
                 // until a cluster writes the record again.
                 self.unrecorded.insert(key);
@@ -428,9 +532,6 @@ impl Engine {
                 if clusters.is_empty() {
                     self.inputs.remove(&key);
                 }
-                if !self.exported(&key) && self.unrecorded.remove(&key) {
-                    self.vips.release(&key);
-                }
                 self.remark(&old, &[]);
             }
             Change::Namespace(name, exists) => {
@@ -468,9 +569,10 @@ impl Engine {
         let allocate = self.vip_source == VipSource::Allocate;
         let Some(inputs) = self.inputs.get(key) else {
             self.results.remove(key);
-            if allocate {
+            if allocate || self.unrecorded.remove(key) {
                 self.vips.release(key);
             }
+            self.keeps_vips(key, false);
             return None;
         };
         let policy = Policy {
@@ -478,13 +580,59 @@ impl Engine {
             clusterset_ip: self.clusterset_ip,
             namespace_protected: self.protected.refuses(key).is_err(),
         };
-        let mut result = aggregate::aggregate(inputs, &policy);
+        let refused = self.refusals(key, inputs, policy.namespace_protected);
+        let mut result = if refused.is_empty() {
+            aggregate::aggregate(inputs, &policy)
+        } else {
+            // The refused exports are left out, as if withdrawn, and each
+            // gets its own status (ARCHITECTURE.md, "Trust between clusters").
+            let mut kept = inputs.clone();
+            for status in &refused {
+                if let Some(input) = kept.get_mut(&status.cluster) {
+                    input.export = None;
+                }
+            }
+            let mut result = aggregate::aggregate(&kept, &policy);
+            result.exports.extend(refused);
+            result.exports.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+            result
+        };
         if let Some(import) = &mut result.import {
             liveness::leave_out_dead(import, &self.dead);
             let close = close_cluster(import, self.local_cluster.as_ref());
             if close != import.close {
                 Arc::make_mut(import).close = close;
             }
+        }
+        let wants_vips = result
+            .import
+            .as_ref()
+            .is_some_and(|i| i.type_ == ImportType::ClusterSetIP && i.clusterset_ip);
+        let vips_kept = self.keeps_vips(key, wants_vips);
+        if let Some(import) = result.import.as_mut().filter(|_| !vips_kept) {
+            // Over its namespace's cap: served as an import without VIPs
+            // (every cluster's ClusterIPs), and the writer claims none.
+            let import = Arc::make_mut(import);
+            import.clusterset_ip = false;
+            if import.ready.status {
+                let cap = self.budgets.limits.vips_per_namespace;
+                let message = format!(
+                    "namespace {} holds its cap of {cap} clusterset VIPs (--{}): this import resolves to every cluster's ClusterIPs",
+                    key.namespace(),
+                    Limit::VipsPerNamespace,
+                );
+                import.ready = Arc::new(Condition::new(
+                    READY,
+                    true,
+                    reason::VIP_LIMIT_REACHED,
+                    message,
+                ));
+            }
+        }
+        // VIPs kept without their record go once the import needs none.
+        let needs_vips = result.import.as_ref().is_some_and(|i| i.clusterset_ip);
+        if !(wants_vips && needs_vips) && self.unrecorded.remove(key) {
+            self.vips.release(key);
         }
         match &mut result.import {
             Some(import) if import.type_ == ImportType::ClusterSetIP => {
@@ -522,6 +670,252 @@ impl Engine {
         }
         import
     }
+}
+
+impl Engine {
+    /// The exports of `key` refused for what is declared of their cluster
+    /// (none in a protected namespace: the aggregation refuses them all).
+    fn refusals(
+        &self,
+        key: &ServiceKey,
+        inputs: &PerCluster,
+        protected: bool,
+    ) -> Vec<ExportStatus> {
+        if protected {
+            return Vec::new();
+        }
+        let exporting = inputs.iter().filter(|(_, input)| input.export.is_some());
+        exporting
+            .filter_map(|(cluster, _)| {
+                let (why, refusal) = match self.declared.namespace(cluster, key) {
+                    Err(refusal) => (reason::NAMESPACE_NOT_ALLOWED, refusal),
+                    Ok(()) => self.budgets.refusal(cluster, key)?,
+                };
+                Some(ExportStatus::refused(cluster.clone(), why, refusal))
+            })
+            .collect()
+    }
+
+    /// Puts `key` under its namespace's VIP cap (`wants`: its import is
+    /// to have VIPs); whether the cap keeps it.
+    fn keeps_vips(&mut self, key: &ServiceKey, wants: bool) -> bool {
+        let namespace = key.namespace();
+        let limit = Limit::VipsPerNamespace;
+        let moved = self
+            .budgets
+            .rank(limit, namespace, key, u64::from(wants), &mut self.notes);
+        self.displaced.extend(moved);
+        self.budgets.keeps(limit, namespace, key)
+    }
+
+    /// How many are left out by `limit` now: exports (per cluster caps) or
+    /// imports without their VIPs.
+    pub fn limited(&self, limit: Limit) -> usize {
+        self.budgets.refused(limit)
+    }
+}
+
+/// The caps on one cluster, in the order of [`cluster_weights`].
+const CLUSTER_LIMITS: [Limit; 2] = [Limit::ExportsPerCluster, Limit::EndpointsPerCluster];
+
+/// What a cluster's inputs for one service weigh under [`CLUSTER_LIMITS`]:
+/// its export, and the endpoints of its slices while it exports.
+fn cluster_weights(input: &ClusterInputs) -> [u64; 2] {
+    if input.export.is_none() {
+        return [0, 0];
+    }
+    let endpoints = input
+        .slices
+        .values()
+        .map(|s| s.endpoints.len())
+        .sum::<usize>();
+    [1, endpoints as u64]
+}
+
+/// What one cap knows of one cluster or namespace.
+#[derive(Debug)]
+enum Tally {
+    /// Everything fits: only the total weight is kept (a sum per change,
+    /// no order).
+    Total(u64),
+    /// It did not fit: every service in order, which [`Budget`] keeps.
+    Ranked(Budget<ServiceKey>),
+}
+
+/// What each cap keeps, per cluster (exports, endpoints) or per namespace
+/// (VIPs); nothing for a cap that is off. A cluster's caps count totals
+/// until one is exceeded, and rank its services only then (ranking every
+/// export cost about 1.4 µs and 50 bytes per exported service and cluster,
+/// measured at 110k services × 3 clusters), and count again once the
+/// cluster is back under half its cap.
+#[derive(Debug)]
+struct Budgets {
+    limits: Limits,
+    of: HashMap<(Limit, Arc<str>), Tally, Hasher>,
+}
+
+impl Budgets {
+    fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            of: HashMap::default(),
+        }
+    }
+
+    /// Changes the weight of `key` under `limit` in `scope` from
+    /// `change.0` to `change.1`; `every` gives every service of the scope
+    /// with its weight (the new one of `key`), should the total exceed the
+    /// cap. Notes the services it leaves out; returns those whose place
+    /// changed.
+    fn count(
+        &mut self,
+        limit: Limit,
+        scope: &Arc<str>,
+        key: &ServiceKey,
+        (old, new): (u64, u64),
+        every: impl FnOnce() -> Vec<(ServiceKey, u64)>,
+        notes: &mut Vec<Note>,
+    ) -> Vec<ServiceKey> {
+        let cap = self.limits.cap(limit);
+        if cap == u64::MAX || old == new {
+            return Vec::new();
+        }
+        let id = (limit, scope.clone());
+        let tally = self.of.entry(id.clone()).or_insert(Tally::Total(0));
+        let moved = match tally {
+            Tally::Total(total) => {
+                *total = *total - old + new;
+                if *total <= cap {
+                    if *total == 0 {
+                        self.of.remove(&id);
+                    }
+                    return Vec::new();
+                }
+                // Over the cap: from now on, which services it keeps.
+                let mut budget = Budget::new(cap);
+                for (service, weight) in every() {
+                    budget.set(service, weight);
+                }
+                let refused = budget.refused_items();
+                *tally = Tally::Ranked(budget);
+                refused.into_iter().map(|k| (k, false)).collect()
+            }
+            Tally::Ranked(budget) => {
+                let moved = ranked_set(budget, key, new);
+                if budget.weight() <= cap / 2 {
+                    *tally = Tally::Total(budget.weight());
+                }
+                moved
+            }
+        };
+        noted(limit, scope, moved, notes)
+    }
+
+    /// Sets the weight of `key` under `limit` in `scope`, always ranked
+    /// (the VIPs of a namespace: the engine keeps no former weight to
+    /// count with). Notes the services it leaves out; returns those whose
+    /// place changed.
+    fn rank(
+        &mut self,
+        limit: Limit,
+        scope: &Arc<str>,
+        key: &ServiceKey,
+        weight: u64,
+        notes: &mut Vec<Note>,
+    ) -> Vec<ServiceKey> {
+        let cap = self.limits.cap(limit);
+        if cap == u64::MAX {
+            return Vec::new();
+        }
+        let id = (limit, scope.clone());
+        let tally = match self.of.get_mut(&id) {
+            Some(tally) => tally,
+            None if weight == 0 => return Vec::new(),
+            None => self
+                .of
+                .entry(id.clone())
+                .or_insert_with(|| Tally::Ranked(Budget::new(cap))),
+        };
+        let Tally::Ranked(budget) = tally else {
+            unreachable!("a namespace's VIPs are only ever ranked");
+        };
+        let moved = ranked_set(budget, key, weight);
+        if budget.weight() == 0 {
+            self.of.remove(&id);
+        }
+        noted(limit, scope, moved, notes)
+    }
+
+    fn keeps(&self, limit: Limit, scope: &Arc<str>, key: &ServiceKey) -> bool {
+        let id = (limit, scope.clone());
+        match self.of.get(&id) {
+            Some(Tally::Ranked(budget)) => budget.keeps(key),
+            _ => true,
+        }
+    }
+
+    /// Why a cap leaves `cluster`'s export of `key` out, if one does.
+    fn refusal(&self, cluster: &ClusterId, key: &ServiceKey) -> Option<(&'static str, String)> {
+        let [exports, endpoints] = [Limit::ExportsPerCluster, Limit::EndpointsPerCluster];
+        let (limit, why, what) = if !self.keeps(exports, cluster, key) {
+            (exports, reason::EXPORT_LIMIT_REACHED, "services")
+        } else if !self.keeps(endpoints, cluster, key) {
+            (endpoints, reason::ENDPOINT_LIMIT_REACHED, "endpoints")
+        } else {
+            return None;
+        };
+        let cap = self.limits.cap(limit);
+        let message = format!(
+            "cluster {cluster} exports more than {cap} {what} (--{limit}); the exports first by namespace and name that fit are kept"
+        );
+        Some((why, message))
+    }
+
+    fn refused(&self, limit: Limit) -> usize {
+        let of = self.of.iter().filter(|((l, _), _)| *l == limit);
+        of.map(|(_, tally)| match tally {
+            Tally::Ranked(budget) => budget.refused(),
+            Tally::Total(_) => 0,
+        })
+        .sum()
+    }
+}
+
+/// Sets `key`'s weight in `budget`; the services whose place changed, with
+/// whether each is kept now (`key` too, when it is newly refused).
+fn ranked_set(
+    budget: &mut Budget<ServiceKey>,
+    key: &ServiceKey,
+    weight: u64,
+) -> Vec<(ServiceKey, bool)> {
+    let was_kept = budget.keeps(key);
+    let mut moved = budget.set(key.clone(), weight);
+    if was_kept && !budget.keeps(key) {
+        moved.push((key.clone(), false));
+    }
+    moved
+}
+
+/// The services of `moved`, each newly refused one noted.
+fn noted(
+    limit: Limit,
+    scope: &Arc<str>,
+    moved: Vec<(ServiceKey, bool)>,
+    notes: &mut Vec<Note>,
+) -> Vec<ServiceKey> {
+    let noted = moved.into_iter().map(|(service, kept)| {
+        if !kept {
+            let scope = scope.clone();
+            let service = service.clone();
+            notes.push(Note::Limited {
+                limit,
+                scope,
+                service,
+            });
+        }
+        service
+    });
+    noted.collect()
 }
 
 /// `trafficDistribution` asking for endpoints close to the client.
@@ -656,6 +1050,318 @@ mod tests {
         assert!(!valid.status);
         assert_eq!(valid.reason, reason::NAMESPACE_PROTECTED);
         assert!(engine.get(&key()).unwrap().import.is_some());
+    }
+
+    /// Issue 46, item 3: a cluster with an allow-list (`--cluster-namespaces`)
+    /// has its export of another namespace refused with `Valid=False`
+    /// (`NamespaceNotAllowed`, in its own cluster) and left out of the
+    /// import, which the other clusters' exports still make.
+    #[test]
+    fn exports_outside_a_clusters_namespaces_are_refused() {
+        let mut engine = Engine::new(EngineSettings {
+            declared: Declared::new([("east".into(), "shop".into())], []),
+            ..EngineSettings::default()
+        });
+        let payroll = ServiceKey::new("payroll", "api");
+        for (cluster, key) in [
+            ("east", key()),
+            ("east", payroll.clone()),
+            ("west", payroll.clone()),
+        ] {
+            let ip = if cluster == "east" {
+                "10.0.0.1"
+            } else {
+                "10.0.0.2"
+            };
+            engine.apply([
+                Change::Upsert(
+                    cluster.into(),
+                    key.clone(),
+                    Object::Service(Arc::new(service(&[ip], &[("http", 80)]))),
+                ),
+                Change::Upsert(cluster.into(), key, Object::Export(export(1).into())),
+            ]);
+        }
+        assert!(engine.get(&key()).unwrap().import.is_some());
+        let api = engine.get(&payroll).unwrap();
+        let clusters: Vec<&str> = api
+            .import
+            .as_ref()
+            .unwrap()
+            .clusters
+            .iter()
+            .map(|c| &*c.cluster)
+            .collect();
+        assert_eq!(clusters, ["west"], "east's export is left out");
+        let east = &api.exports[0];
+        assert_eq!(&*east.cluster, "east");
+        let valid = east.condition(VALID).unwrap();
+        assert_eq!(
+            (valid.status, valid.reason.as_ref()),
+            (false, reason::NAMESPACE_NOT_ALLOWED)
+        );
+        assert_eq!(
+            valid.message,
+            "namespace payroll is not among cluster east's namespaces"
+        );
+        assert!(
+            api.exports[1].condition(VALID).unwrap().status,
+            "west's is valid"
+        );
+    }
+
+    /// `cluster` exports `shop/<name>` with a Service of `ip` and, if
+    /// any, one slice of `endpoints`.
+    fn exported(cluster: &str, name: &str, ip: &str, endpoints: &[&str]) -> Vec<Change> {
+        let key = ServiceKey::new("shop", name);
+        let ready: Vec<(&str, Option<&str>, bool)> =
+            endpoints.iter().map(|e| (*e, None, true)).collect();
+        let object = |o| Change::Upsert(cluster.into(), key.clone(), o);
+        let mut changes = vec![
+            object(Object::Service(Arc::new(service(&[ip], &[("http", 80)])))),
+            object(Object::Export(export(1).into())),
+        ];
+        if !endpoints.is_empty() {
+            changes.push(object(Object::Slice("s".into(), slice(&ready))));
+        }
+        changes
+    }
+
+    fn limited(limits: Limits) -> Engine {
+        Engine::new(EngineSettings {
+            limits,
+            ..EngineSettings::default()
+        })
+    }
+
+    /// The reason of `cluster`'s `Valid` condition for `shop/<name>`.
+    fn valid_reason(engine: &Engine, name: &str, cluster: &str) -> String {
+        let aggregate = engine.get(&ServiceKey::new("shop", name)).unwrap();
+        let status = aggregate.exports.iter().find(|e| &*e.cluster == cluster);
+        status.unwrap().condition(VALID).unwrap().reason.to_string()
+    }
+
+    /// Issue 46, item 4 ("a cap per cluster on records it may publish"):
+    /// past the cap a cluster's exports last by name are left out, and the
+    /// same ones whatever order they came in; the other clusters' exports
+    /// of the same services are untouched, and a service displaced by an
+    /// earlier name is reconciled in the same apply.
+    #[test]
+    fn a_clusters_exports_past_its_cap_are_left_out_by_name() {
+        let mut engine = limited(Limits {
+            exports_per_cluster: 2,
+            ..Limits::NONE
+        });
+        let mut changes = Vec::new();
+        for name in ["c", "b", "a"] {
+            changes.extend(exported("east", name, "10.0.0.1", &[]));
+        }
+        changes.extend(exported("west", "c", "10.0.0.2", &[]));
+        engine.apply(changes);
+        assert_eq!(valid_reason(&engine, "a", "east"), reason::VALID);
+        assert_eq!(
+            valid_reason(&engine, "c", "east"),
+            reason::EXPORT_LIMIT_REACHED
+        );
+        assert_eq!(valid_reason(&engine, "c", "west"), reason::VALID);
+        let c = engine.get(&ServiceKey::new("shop", "c")).unwrap();
+        let clusters: Vec<&str> = c
+            .import
+            .as_ref()
+            .unwrap()
+            .clusters
+            .iter()
+            .map(|c| &*c.cluster)
+            .collect();
+        assert_eq!(clusters, ["west"]);
+        assert_eq!(engine.limited(Limit::ExportsPerCluster), 1);
+        assert!(engine.take_notes().contains(&Note::Limited {
+            limit: Limit::ExportsPerCluster,
+            scope: "east".into(),
+            service: ServiceKey::new("shop", "c"),
+        }));
+
+        // An earlier name displaces b, whose import goes in the same apply.
+        let updates = engine.apply(exported("east", "0", "10.0.0.1", &[]));
+        let b = ServiceKey::new("shop", "b");
+        assert!(updates.contains(&(b.clone(), None)), "{updates:?}");
+        assert_eq!(
+            valid_reason(&engine, "b", "east"),
+            reason::EXPORT_LIMIT_REACHED
+        );
+        // One leaving lets b back.
+        let updates = engine.apply([Change::Delete(
+            "east".into(),
+            ServiceKey::new("shop", "a"),
+            ObjectRef::Export,
+        )]);
+        assert!(
+            updates.iter().any(|(k, i)| *k == b && i.is_some()),
+            "{updates:?}"
+        );
+        assert_eq!(engine.limited(Limit::ExportsPerCluster), 1, "c still");
+    }
+
+    /// A cluster under its cap costs a count, not a ranking: past the cap
+    /// its services are ranked by name, back under half of it they are
+    /// counted again, and past it once more ranked again, the same
+    /// services left out as if it had been ranked all along.
+    #[test]
+    fn caps_rank_only_past_the_cap_and_rank_again_the_same_way() {
+        let mut engine = limited(Limits {
+            exports_per_cluster: 4,
+            ..Limits::NONE
+        });
+        let export_of = |names: &[&str]| -> Vec<Change> {
+            let all = names.iter().map(|n| exported("east", n, "10.0.0.1", &[]));
+            all.flatten().collect()
+        };
+        let withdraw = |name: &str| {
+            Change::Delete(
+                "east".into(),
+                ServiceKey::new("shop", name),
+                ObjectRef::Export,
+            )
+        };
+        engine.apply(export_of(&["d", "b", "e", "a", "c"]));
+        assert_eq!(
+            valid_reason(&engine, "e", "east"),
+            reason::EXPORT_LIMIT_REACHED
+        );
+        assert_eq!(engine.limited(Limit::ExportsPerCluster), 1);
+        // Down to two (half the cap): counted again, everything kept.
+        let updates = engine.apply(["a", "b", "c"].map(withdraw));
+        assert!(
+            updates
+                .iter()
+                .any(|(k, i)| k.name().as_ref() == "e" && i.is_some())
+        );
+        assert_eq!(valid_reason(&engine, "e", "east"), reason::VALID);
+        assert!(matches!(
+            engine
+                .budgets
+                .of
+                .get(&(Limit::ExportsPerCluster, "east".into())),
+            Some(Tally::Total(2))
+        ));
+        // Over again: ranked again, the last by name left out.
+        engine.apply(export_of(&["f", "0", "g"]));
+        assert_eq!(engine.limited(Limit::ExportsPerCluster), 1);
+        assert_eq!(
+            valid_reason(&engine, "g", "east"),
+            reason::EXPORT_LIMIT_REACHED
+        );
+        assert_eq!(valid_reason(&engine, "0", "east"), reason::VALID);
+    }
+
+    /// Issue 46, item 4 ("a cap per cluster on ... endpoints it may
+    /// publish"): the cluster's exports last by name whose endpoints do not
+    /// fit are left out whole (`EndpointLimitReached`), and come back when
+    /// the endpoints before them shrink.
+    #[test]
+    fn a_clusters_endpoints_past_its_cap_leave_its_last_exports_out() {
+        let mut engine = limited(Limits {
+            endpoints_per_cluster: 3,
+            ..Limits::NONE
+        });
+        let mut changes = exported("east", "a", "10.0.0.1", &["10.1.0.1", "10.1.0.2"]);
+        changes.extend(exported("east", "b", "10.0.0.2", &["10.1.0.3", "10.1.0.4"]));
+        engine.apply(changes);
+        assert_eq!(valid_reason(&engine, "a", "east"), reason::VALID);
+        assert_eq!(
+            valid_reason(&engine, "b", "east"),
+            reason::ENDPOINT_LIMIT_REACHED
+        );
+        assert!(
+            engine
+                .get(&ServiceKey::new("shop", "b"))
+                .unwrap()
+                .import
+                .is_none()
+        );
+        assert_eq!(engine.limited(Limit::EndpointsPerCluster), 1);
+        let shrink = Change::Upsert(
+            "east".into(),
+            ServiceKey::new("shop", "a"),
+            Object::Slice("s".into(), slice(&[("10.1.0.1", None, true)])),
+        );
+        engine.apply([shrink]);
+        assert_eq!(valid_reason(&engine, "b", "east"), reason::VALID);
+        assert_eq!(engine.limited(Limit::EndpointsPerCluster), 0);
+    }
+
+    /// Issue 46, item 4 ("a per-namespace cap on VIPs a namespace may hold
+    /// so one tenant cannot exhaust the pool"): past the cap an import gets
+    /// no VIP, resolves to every cluster's ClusterIPs and says why; another
+    /// namespace still gets VIPs.
+    #[test]
+    fn a_namespace_past_its_vip_cap_gets_no_more_vips() {
+        let mut engine = limited(Limits {
+            vips_per_namespace: 1,
+            ..Limits::NONE
+        });
+        let mut changes = exported("east", "a", "10.0.0.1", &[]);
+        changes.extend(exported("east", "b", "10.0.0.2", &[]));
+        let other = ServiceKey::new("web", "b");
+        changes.push(Change::Upsert(
+            "east".into(),
+            other.clone(),
+            Object::Service(Arc::new(service(&["10.0.0.3"], &[("http", 80)]))),
+        ));
+        changes.push(Change::Upsert(
+            "east".into(),
+            other.clone(),
+            Object::Export(export(1).into()),
+        ));
+        engine.apply(changes);
+        let import = |name: &str| {
+            engine
+                .get(&ServiceKey::new("shop", name))
+                .unwrap()
+                .import
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(import("a").vips.len(), 1);
+        let b = import("b");
+        assert!(b.vips.is_empty() && !b.clusterset_ip);
+        assert_eq!(
+            b.addresses.to_vec(),
+            ["10.0.0.2".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            (b.ready.status, b.ready.reason.as_ref()),
+            (true, reason::VIP_LIMIT_REACHED)
+        );
+        assert_eq!(
+            engine
+                .get(&other)
+                .unwrap()
+                .import
+                .as_ref()
+                .unwrap()
+                .vips
+                .len(),
+            1
+        );
+        assert_eq!(engine.limited(Limit::VipsPerNamespace), 1);
+        assert_eq!(engine.vips().allocated(IpFamily::IPv4), 2, "a and web/b");
+
+        // a goes: b gets a VIP in the same apply.
+        let updates = engine.apply([Change::Delete(
+            "east".into(),
+            ServiceKey::new("shop", "a"),
+            ObjectRef::Export,
+        )]);
+        let b = updates
+            .iter()
+            .find(|(k, _)| k.name().as_ref() == "b" && k.namespace().as_ref() == "shop");
+        assert_eq!(
+            b.and_then(|(_, i)| i.as_ref()).map(|i| i.vips.len()),
+            Some(1),
+            "{updates:?}"
+        );
+        assert_eq!(engine.limited(Limit::VipsPerNamespace), 0);
     }
 
     /// Loaded facts are not reconciled (no import, no VIP) until the next

@@ -116,6 +116,18 @@ pub(crate) mod reason {
     /// ServiceExport `Valid=False`: a Service of a protected namespace
     /// (`model/trust.rs`; this program's reason, as the MCS API allows).
     pub(crate) const NAMESPACE_PROTECTED: &str = "NamespaceProtected";
+    /// ServiceExport `Valid=False`: a namespace outside the cluster's
+    /// allow-list (`--cluster-namespaces`; this program's reason).
+    pub(crate) const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    /// ServiceExport `Valid=False`: the cluster exports more services than
+    /// `--max-exports-per-cluster` and this one is past the cap.
+    pub(crate) const EXPORT_LIMIT_REACHED: &str = "ExportLimitReached";
+    /// ServiceExport `Valid=False`: the cluster's exports hold more endpoints
+    /// than `--max-endpoints-per-cluster` and this one is past the cap.
+    pub(crate) const ENDPOINT_LIMIT_REACHED: &str = "EndpointLimitReached";
+    /// ServiceImport `Ready=True` without clusterset VIPs: its namespace
+    /// holds `--max-vips-per-namespace` of them already.
+    pub(crate) const VIP_LIMIT_REACHED: &str = "VIPLimitReached";
     /// ServiceExport `Ready=True`: the export is in the import (pushed to the broker).
     pub(crate) const EXPORTED: &str = "Exported";
     /// ServiceExport `Ready=False` while it cannot take effect yet (no
@@ -148,9 +160,28 @@ pub(crate) enum On {
 /// by commas. The engine's tests check that it writes nothing else (so it
 /// is compiled for tests only).
 #[cfg(test)]
-pub(crate) const WRITTEN: [(On, &str, bool, &str); 11] = [
+pub(crate) const WRITTEN: [(On, &str, bool, &str); 15] = [
     (On::ServiceExport, VALID, true, reason::VALID),
     (On::ServiceExport, VALID, false, reason::NAMESPACE_PROTECTED),
+    (
+        On::ServiceExport,
+        VALID,
+        false,
+        reason::NAMESPACE_NOT_ALLOWED,
+    ),
+    (
+        On::ServiceExport,
+        VALID,
+        false,
+        reason::EXPORT_LIMIT_REACHED,
+    ),
+    (
+        On::ServiceExport,
+        VALID,
+        false,
+        reason::ENDPOINT_LIMIT_REACHED,
+    ),
+    (On::ServiceImport, READY, true, reason::VIP_LIMIT_REACHED),
     (On::ServiceExport, VALID, false, reason::NO_SERVICE),
     (
         On::ServiceExport,
@@ -256,9 +287,16 @@ mod tests {
     /// program's, so a disagreement about it has no upstream name.
     const EXTENSIONS: [ConflictReason; 1] = [ConflictReason::ClusterSetIPConflict];
 
-    /// Likewise the refusal of a protected namespace's export (issue 46;
-    /// Lighthouse refuses them too, under a reason of its own).
-    const OWN_REASONS: [&str; 1] = [reason::NAMESPACE_PROTECTED];
+    /// Likewise the refusals and limits of issue 46: a protected
+    /// namespace's export (Lighthouse refuses them too, under a reason of
+    /// its own), one outside the cluster's allow-list, one past a cap.
+    const OWN_REASONS: [&str; 5] = [
+        reason::NAMESPACE_PROTECTED,
+        reason::NAMESPACE_NOT_ALLOWED,
+        reason::EXPORT_LIMIT_REACHED,
+        reason::ENDPOINT_LIMIT_REACHED,
+        reason::VIP_LIMIT_REACHED,
+    ];
 
     fn upstream(on: On, type_: &str, status: &str, reason: &str) -> bool {
         UPSTREAM.contains(&(on, type_, status, reason))

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::conditions::{Condition, ConflictReason};
+use super::conditions::{Condition, ConflictReason, READY, VALID, reason};
 use super::port::ServicePort;
 use super::{ClusterId, Endpoint, Exported, ImportType, IpFamily, Ips, ServiceSpec, SliceInfo};
 
@@ -129,6 +129,20 @@ pub struct ExportStatus {
 }
 
 impl ExportStatus {
+    /// The status of an export the engine leaves out of its service for a
+    /// rule of trust or a limit (ARCHITECTURE.md, "Trust between clusters"):
+    /// `Valid=False` with `why`, and `Ready=False` (`Failed`).
+    pub fn refused(cluster: ClusterId, why: &'static str, message: String) -> Self {
+        Self {
+            cluster,
+            conditions: Arc::new([
+                Condition::new(VALID, false, why, message.clone()),
+                Condition::new(READY, false, reason::FAILED, message),
+            ]),
+            conflicts: Box::default(),
+        }
+    }
+
     /// The condition of a type.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)

@@ -7,6 +7,7 @@ pub(crate) mod backoff;
 pub(crate) mod conditions;
 pub(crate) mod import;
 pub(crate) mod intern;
+pub(crate) mod limits;
 pub(crate) mod port;
 pub(crate) mod trust;
 
@@ -44,6 +45,11 @@ pub fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
+pub fn is_valid_cluster_id(name: &str) -> bool {
+    name.split('.').count() <= 2 && name.split('.').all(is_dns_label)
 }
 
 /// The hasher of the process's maps and sets: foldhash, several times faster

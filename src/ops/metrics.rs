@@ -15,6 +15,7 @@ use crate::dns::metrics::DnsMetrics;
 use crate::engine::Engine;
 use crate::model::IpFamily;
 use crate::model::conditions::ConflictReason;
+use crate::model::limits::Limit;
 use crate::plumbing::listen::ListenerMetrics;
 use crate::plumbing::metrics::{buckets, opts, register};
 
@@ -33,6 +34,7 @@ pub struct Metrics {
     vips_allocated: IntGaugeVec,
     vips_free: GaugeVec,
     conflicts: IntGaugeVec,
+    limited: IntGaugeVec,
     problems: IntGauge,
     sync_age: GaugeVec,
     synced_at: Mutex<BTreeMap<String, Instant>>,
@@ -122,6 +124,16 @@ impl Metrics {
                 IntGaugeVec::new(
                     opts("conflicts", "ServiceExports in conflict, by reason."),
                     &["reason"],
+                ),
+            ),
+            limited: register(
+                &registry,
+                IntGaugeVec::new(
+                    opts(
+                        "limited",
+                        "Left out by a cap, by its flag: exports past max-exports-per-cluster or max-endpoints-per-cluster, imports without VIPs past max-vips-per-namespace.",
+                    ),
+                    &["limit"],
                 ),
             ),
             problems: register(
@@ -233,6 +245,11 @@ impl Metrics {
             self.conflicts
                 .with_label_values(&[reason.to_string()])
                 .set(gauge(count));
+        }
+        for limit in Limit::ALL {
+            self.limited
+                .with_label_values(&[limit.flag()])
+                .set(gauge(engine.limited(limit)));
         }
         for family in [IpFamily::IPv4, IpFamily::IPv6] {
             let pool = engine.vips().pools().pool(family).to_string();

@@ -23,7 +23,8 @@ use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
 use crate::model::IpFamily;
-use crate::model::trust::{Protected, Trust};
+use crate::model::limits::Limits;
+use crate::model::trust::{Declared, Protected, Trust};
 use crate::plumbing::listen::Caps;
 use crate::runtime::pipeline::PipelineSettings;
 use crate::sources::kubernetes::client::{self, Connection, ConnectionSettings};
@@ -107,15 +108,18 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
             let broker_namespace = args.kubernetes.broker_namespace.clone();
             let own = [broker_namespace.as_str(), &args.kubernetes.lease_namespace];
             let protected = Protected::new(&own);
+            let declared = declared(&args.kubernetes);
             let engine = EngineSettings {
                 protected: protected.clone(),
+                declared: declared.clone(),
+                limits: limits(&args.kubernetes),
                 vip_source: VipSource::Assigned,
                 local_cluster: Some(connection.cluster.clone()),
                 namespaces_known: true,
                 ..engine_settings(clusterset)
             };
             let pools = [IpFamily::IPv4, IpFamily::IPv6].map(|f| engine.pools.pool(f));
-            let trust = Trust::new(pools.to_vec(), protected);
+            let trust = Trust::new(pools.to_vec(), protected, declared);
             let facts = FactSources::new(&connection, &broker_namespace, trust);
             let source = Kubernetes {
                 connection,
@@ -170,6 +174,24 @@ pub fn connection_settings(args: &KubernetesArgs) -> ConnectionSettings {
         broker_kubeconfig: args.broker_kubeconfig.clone(),
         broker_context: args.broker_context.clone(),
         cluster_id: args.cluster_id.clone(),
+    }
+}
+
+/// What `--cluster-namespaces` and `--cluster-cidrs` declare of each cluster.
+pub fn declared(args: &KubernetesArgs) -> Declared {
+    Declared::new(
+        args.cluster_namespaces.iter().cloned(),
+        args.cluster_cidrs.iter().cloned(),
+    )
+}
+
+/// The caps `--max-exports-per-cluster`, `--max-endpoints-per-cluster` and
+/// `--max-vips-per-namespace` set.
+pub fn limits(args: &KubernetesArgs) -> Limits {
+    Limits {
+        exports_per_cluster: args.max_exports_per_cluster,
+        endpoints_per_cluster: args.max_endpoints_per_cluster,
+        vips_per_namespace: args.max_vips_per_namespace,
     }
 }
 

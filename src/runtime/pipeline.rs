@@ -42,6 +42,9 @@ pub struct Pipeline {
     state_file: Option<PathBuf>,
 }
 
+/// Services left out by a cap named in the log per batch.
+const LIMITED_LINES: usize = 10;
+
 impl Pipeline {
     /// An engine set up from `settings`, with the VIPs saved in the state
     /// file (if any) restored. With `serving`, metrics are kept and VIP
@@ -75,9 +78,25 @@ impl Pipeline {
         }
         let saved = self.persist();
         let mut complete = saved;
+        let mut limited = 0;
         for note in self.engine.take_notes() {
             complete &= !matches!(note, Note::PoolExhausted { .. });
+            if matches!(note, Note::Limited { .. }) {
+                // A flood leaves out as many services as it sent: a few
+                // lines name some, the rest is a count (and the gauge).
+                limited += 1;
+                if limited > LIMITED_LINES {
+                    continue;
+                }
+            }
             warn!("{note}");
+        }
+        if limited > LIMITED_LINES {
+            let more = limited - LIMITED_LINES;
+            warn!(
+                more,
+                "more services left out by a cap (clusterset_dns_limited counts them)"
+            );
         }
         if let Some(serving) = &self.serving {
             serving

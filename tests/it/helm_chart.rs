@@ -319,8 +319,8 @@ fn member_mode_is_the_kustomization_and_the_policy() {
     assert_same("member mode, no admission policy", without, kustomize());
 }
 
-/// Broker mode is rbac-broker.yaml (its members east and west) and
-/// broker-ownership-policy.yaml.
+/// Broker mode is rbac-broker.yaml (its members east and west),
+/// broker-ownership-policy.yaml and broker-quota.yaml.
 #[test]
 fn broker_mode_is_rbac_broker() {
     let Some(helm) = helm() else { return };
@@ -337,6 +337,7 @@ fn broker_mode_is_rbac_broker() {
     );
     let mut config = file("config/kubernetes/rbac-broker.yaml");
     config.extend(file("config/kubernetes/broker-ownership-policy.yaml"));
+    config.extend(file("config/kubernetes/broker-quota.yaml"));
     assert_same("broker mode", chart, config);
 }
 

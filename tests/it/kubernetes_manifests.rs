@@ -11,7 +11,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -24,8 +26,9 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const KUSTOMIZATION: &str = "config/kubernetes";
 /// The manifests the kustomization leaves out, applied on their own (see
 /// its comments).
-const STANDALONE: [&str; 4] = [
+const STANDALONE: [&str; 5] = [
     "config/kubernetes/rbac-broker.yaml",
+    "config/kubernetes/broker-quota.yaml",
     "config/kubernetes/endpointslice-policy.yaml",
     "config/kubernetes/network-policy.yaml",
     "config/kubernetes/manifests-demo.yaml",
@@ -85,6 +88,7 @@ fn check(doc: &Value) -> Result<(), String> {
         ("v1", "ConfigMap") => round_trip::<ConfigMap>(doc),
         ("v1", "Secret") => round_trip::<Secret>(doc),
         ("v1", "Service") => round_trip::<Service>(doc),
+        ("v1", "ResourceQuota") => round_trip::<ResourceQuota>(doc),
         ("apps/v1", "Deployment") => round_trip::<Deployment>(doc),
         ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(doc),
         ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<NetworkPolicy>(doc),

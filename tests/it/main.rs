@@ -30,6 +30,7 @@ mod kubernetes;
 mod kubernetes_manifests;
 mod kubernetes_operator;
 mod leader_lease;
+mod limits;
 mod load_spread;
 mod locality;
 mod manifests;

@@ -108,3 +108,81 @@ async fn forged_broker_records_change_no_members_answers() {
         );
     }
 }
+
+/// Issue 46, item 3 ("an optional allow-list of namespaces per cluster",
+/// "addresses outside a cluster's declared CIDRs are refused per record"):
+/// with east held to `shop` and `10.1.0.0/16`, east's export from another
+/// namespace is `Valid=False` (`NamespaceNotAllowed`) in east and published
+/// nowhere, while west, which is held to nothing, exports there; records
+/// east's broker credentials could forge for that namespace, or with an
+/// endpoint outside its CIDRs, are refused by the others, whose answers
+/// stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_declared_namespaces_and_cidrs_bound_what_it_publishes() {
+    let flags = [
+        "--cluster-namespaces=east=shop",
+        "--cluster-cidrs=east=10.1.0.0/16",
+    ];
+    let set = KubeClusterset::three(&flags).await;
+    for id in ALL {
+        set.member(id).api.create_namespace("payroll");
+    }
+    set.apply("east", headless("shop", "db", &["IPv4"]).exported());
+    set.apply("east", [slice("shop", "db-east", "db", &[ep("10.1.0.40")])]);
+    set.apply(
+        "east",
+        cluster_ip("payroll", "api", &["10.1.0.20"]).exported(),
+    );
+    set.apply(
+        "west",
+        cluster_ip("payroll", "api", &["10.3.0.20"]).exported(),
+    );
+    everywhere(&set, DB, RecordType::A, ips(["10.1.0.40"])).await;
+    import_clusters_become(&set, "payroll", "api", "west alone", &["west"]).await;
+    eventually_within(CONVERGE, "east's export refused", true, || async {
+        let conditions = set.export_conditions("east", "payroll", "api");
+        let refused = ("Valid".into(), "False".into(), "NamespaceNotAllowed".into());
+        conditions.contains(&refused)
+    })
+    .await;
+    assert_eq!(
+        set.export_message("east", "payroll", "api", "Valid"),
+        "namespace payroll is not among cluster east's namespaces"
+    );
+    let records = set.broker_objects(RECORDS.0, RECORDS.1);
+    let names: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        !names.contains(&"api.payroll.east"),
+        "east publishes nothing of a refused export: {names:?}"
+    );
+
+    // What east's credentials could write anyway: its record for payroll,
+    // and its db slice moved outside its CIDRs.
+    let mut record = stored(&set, RECORDS, "api.payroll.west");
+    record["metadata"]["name"] = json!("api.payroll.east");
+    record["metadata"]["labels"]["multicluster.kubernetes.io/source-cluster"] = json!("east");
+    record["spec"]["ips"] = json!(["10.1.0.20"]);
+    set.broker.put_raw(record).unwrap();
+    let slices = set.broker_objects("discovery.k8s.io", "endpointslices");
+    let mut copy = slices
+        .into_iter()
+        .find(|s| s["metadata"]["labels"]["multicluster.kubernetes.io/service-name"] == "db")
+        .expect("east's db slice on the broker");
+    copy["endpoints"][0]["addresses"] = json!(["10.9.9.9"]);
+    set.broker.put_raw(copy).unwrap();
+
+    ignored_in(&set, &["north", "west"], "broker/serviceimports", 1.0).await;
+    ignored_in(&set, &["north", "west"], "broker/endpointslices", 1.0).await;
+    for id in ["north", "west"] {
+        assert_eq!(
+            set.resolve(id, DB, RecordType::A).await,
+            ips(["10.1.0.40"]),
+            "{id}: east's pod, not the address outside its CIDRs"
+        );
+        let import = set.import(id, "payroll", "api").unwrap();
+        assert_eq!(status_clusters(&import), ["west"], "{id}: no east");
+    }
+}

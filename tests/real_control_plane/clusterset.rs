@@ -262,7 +262,7 @@ impl Clusterset {
         Ok(set)
     }
 
-    /// rbac-broker.yaml and broker-ownership-policy.yaml on the broker (or
+    /// rbac-broker.yaml, broker-ownership-policy.yaml and broker-quota.yaml on the broker (or
     /// the chart's broker release, the same objects), plus the third member's
     /// ServiceAccount, token Secret and RoleBinding subject, as its header
     /// says to add them.
@@ -272,7 +272,11 @@ impl Clusterset {
             let ids: Vec<&str> = self.members.iter().map(|m| m.id.as_str()).collect();
             return crate::helm::install_broker(broker, &ids);
         }
-        for file in ["rbac-broker.yaml", "broker-ownership-policy.yaml"] {
+        for file in [
+            "rbac-broker.yaml",
+            "broker-ownership-policy.yaml",
+            "broker-quota.yaml",
+        ] {
             let path = repo(&format!("config/kubernetes/{file}"));
             kubectl(broker, &["apply", "-f", &path.display().to_string()])?;
         }

@@ -191,12 +191,13 @@ pub async fn a_member_and_the_broker_installed_with_the_chart(set: &mut Clusters
     let releases = [
         (MEMBER, MEMBER_RELEASE, DNS_NAMESPACE, 12),
         // The namespace, a ServiceAccount and token Secret per member, the
-        // Role and RoleBinding, the ownership policy and its binding.
+        // Role and RoleBinding, the ownership policy and its binding, the
+        // ResourceQuota.
         (
             "east",
             BROKER_RELEASE,
             BROKER_NAMESPACE,
-            1 + 2 * set.members.len() + 4,
+            1 + 2 * set.members.len() + 5,
         ),
     ];
     for (id, name, ns, objects) in releases {

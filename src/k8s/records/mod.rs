@@ -57,6 +57,15 @@ pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=clusterset-dns.
 pub const MANAGED_SLICES_SELECTOR: &str =
     "endpointslice.kubernetes.io/managed-by=clusterset-dns.io";
 
+/// Label selector of the broker's export and VIP records (those with a
+/// role): a replica's watch of the broker's ServiceImports sees nothing else
+/// (issue 46, item 4).
+pub const BROKER_RECORDS_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=clusterset-dns.io,clusterset-dns.io/role";
+/// Label selector of the broker's EndpointSlices: the copies this controller
+/// wrote of some cluster's slices, and nothing else.
+pub const BROKER_SLICES_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by=clusterset-dns.io,multicluster.kubernetes.io/source-cluster";
+
 /// What a ServiceImport on the broker stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -140,5 +149,55 @@ mod tests {
         let b = hashed_name(&long, &["a", "b.c"]);
         assert!(a.len() <= 253 && a != b);
         assert_eq!(vip_record_name(&ServiceKey::new("ns", "svc")), "svc.ns");
+    }
+
+    /// Whether `labels` satisfy `selector`, whose terms are `key=value` or
+    /// `key` (exists), the only forms the broker selectors use.
+    fn selects(selector: &str, labels: &BTreeMap<String, String>) -> bool {
+        selector.split(',').all(|term| match term.split_once('=') {
+            Some((key, value)) => labels.get(key).is_some_and(|v| v == value),
+            None => labels.contains_key(term),
+        })
+    }
+
+    /// Issue 46, item 4: the broker watches, narrowed by label, still see
+    /// every record and slice this controller writes there.
+    #[test]
+    fn the_broker_selectors_match_what_is_written_there() {
+        use crate::engine::aggregate::tests::{export, service, slice};
+        use crate::k8s::crd::McsVersion;
+        use crate::k8s::records::build::{export_record, slice_object, vip_record};
+        let key = ServiceKey::new("shop", "web");
+        let service = service(&["10.0.0.1"], &[("http", 80)]);
+        let defaults = SwitchDefaults {
+            clusterset_ip: true,
+            pod_ips: false,
+        };
+        let export = export_record(
+            McsVersion::V1beta1,
+            &key,
+            "east",
+            jiff::Timestamp::UNIX_EPOCH,
+            &export(1),
+            &service,
+            defaults,
+        );
+        let vips = vip_record(McsVersion::V1beta1, &key, &["243.0.0.1".parse().unwrap()]);
+        for record in [export, vips] {
+            let labels = record.metadata.labels.unwrap_or_default();
+            assert!(selects(BROKER_RECORDS_SELECTOR, &labels), "{labels:?}");
+        }
+        let copy = slice_object(
+            "s".into(),
+            None,
+            &key,
+            "east",
+            &slice(&[("10.1.0.1", None, true)]),
+        );
+        let labels = copy.metadata.labels.unwrap_or_default();
+        assert!(selects(BROKER_SLICES_SELECTOR, &labels), "{labels:?}");
+        let mut unlabelled = labels.clone();
+        unlabelled.remove(LABEL_SLICE_MANAGED_BY);
+        assert!(!selects(BROKER_SLICES_SELECTOR, &unlabelled));
     }
 }

@@ -87,13 +87,13 @@ impl FactSources {
             broker_records: FactSource {
                 resource: "broker/serviceimports",
                 api: Place::mcs(mcs.broker_imports.clone(), Some(broker_namespace)),
-                labels: None,
+                labels: Some(records::BROKER_RECORDS_SELECTOR),
                 read: broker_records(me.clone(), trust.clone()),
             },
             broker_slices: FactSource {
                 resource: "broker/endpointslices",
                 api: Place::fixed(Api::namespaced(broker.clone(), broker_namespace)),
-                labels: None,
+                labels: Some(records::BROKER_SLICES_SELECTOR),
                 read: broker_slices(me.clone(), trust),
             },
         }
@@ -160,9 +160,9 @@ pub(crate) fn broker_records(me: ClusterId, trust: Arc<Trust>) -> Reader<Service
                 if from == me {
                     return Ok(seen.into_iter().collect());
                 }
-                trust.namespace(&key).map_err(refused)?;
+                trust.export(&from, &key).map_err(refused)?;
                 for ip in &service.cluster_ips {
-                    trust.address("ClusterIP", *ip).map_err(refused)?;
+                    trust.address(&from, "ClusterIP", *ip).map_err(refused)?;
                 }
                 let facts = [
                     Change::Upsert(from.clone(), key.clone(), Object::Export(Arc::new(export))),
@@ -196,10 +196,10 @@ pub(crate) fn broker_slices(me: ClusterId, trust: Arc<Trust>) -> Reader<Endpoint
         let refused =
             |reason: String| format!("EndpointSlice {}: refused: {reason}", slice.name_any());
         let (key, from, info) = records::read::read_slice(slice).map_err(|e| e.to_string())?;
-        trust.namespace(&key).map_err(refused)?;
+        trust.export(&from, &key).map_err(refused)?;
         for endpoint in &info.endpoints {
             trust
-                .address("endpoint", endpoint.address)
+                .address(&from, "endpoint", endpoint.address)
                 .map_err(refused)?;
         }
         Ok(vec![Change::Upsert(
@@ -220,14 +220,22 @@ mod tests {
     use crate::k8s::records::SwitchDefaults;
     use crate::k8s::records::build::{export_record, slice_object, vip_record};
     use crate::model::ServiceKey;
-    use crate::model::trust::Protected;
+    use crate::model::trust::{Declared, Protected};
 
     fn trust() -> Arc<Trust> {
         let pools = vec![
             "243.0.0.0/8".parse().unwrap(),
             "fd00:c5e7::/48".parse().unwrap(),
         ];
-        Arc::new(Trust::new(pools, Protected::new(&["clusterset-broker"])))
+        let declared = Declared::new(
+            [("east".into(), "shop".into())],
+            [("east".into(), "10.0.0.0/8".parse().unwrap())],
+        );
+        Arc::new(Trust::new(
+            pools,
+            Protected::new(&["clusterset-broker"]),
+            declared,
+        ))
     }
 
     fn record(namespace: &str, cluster_ips: &[&str]) -> ServiceImport {
@@ -344,5 +352,34 @@ mod tests {
             &slice(&[("127.0.0.1", None, true)]),
         );
         assert!(read(&own).unwrap().is_empty());
+    }
+
+    /// Issue 46, item 3: a cluster with a declared allow-list and CIDRs
+    /// (`--cluster-namespaces`, `--cluster-cidrs`) has its records outside
+    /// them refused per record, with the reason.
+    #[test]
+    fn records_outside_a_clusters_declared_namespaces_or_cidrs_are_refused() {
+        let read = broker_records("west".into(), trust());
+        assert_eq!(
+            refusal(read(&record("payroll", &["10.0.0.1"]))),
+            "ServiceImport web.payroll.east: refused: namespace payroll is not among cluster east's namespaces"
+        );
+        assert_eq!(
+            refusal(read(&record("shop", &["192.168.0.1"]))),
+            "ServiceImport web.shop.east: refused: ClusterIP 192.168.0.1 is outside cluster east's CIDRs"
+        );
+        let slices = broker_slices("west".into(), trust());
+        let info = slice(&[("10.1.0.1", None, true), ("172.16.0.1", None, true)]);
+        let outside = slice_object(
+            "s".into(),
+            None,
+            &ServiceKey::new("shop", "web"),
+            "east",
+            &info,
+        );
+        assert_eq!(
+            refusal(slices(&outside)),
+            "EndpointSlice s: refused: endpoint 172.16.0.1 is outside cluster east's CIDRs"
+        );
     }
 }

@@ -8,12 +8,8 @@ use walkdir::WalkDir;
 
 use super::files::Stamp;
 use super::problem::Problem;
-use crate::model::{ClusterId, is_dns_label};
-
-/// True when `name` can be a cluster id: a lower-case RFC 1123 DNS subdomain of at most two labels.
-pub fn is_valid_cluster_id(name: &str) -> bool {
-    name.split('.').count() <= 2 && name.split('.').all(is_dns_label)
-}
+use crate::model::ClusterId;
+pub use crate::model::is_valid_cluster_id;
 
 /// The result of walking the directory.
 #[derive(Default)]
