@@ -166,12 +166,20 @@ impl Trust {
         self.declared.namespace(cluster, key)
     }
 
-    /// Refuses a VIP outside the configured pools.
-    pub fn vip(&self, ip: IpAddr) -> Result<(), String> {
-        match self.pools.iter().any(|pool| pool.contains(&ip)) {
-            true => Ok(()),
-            false => Err(format!("VIP {ip} is outside the VIP pools")),
+    /// Refuses a VIP record's addresses where one is outside the configured
+    /// pools, or two are of one family: a service has one VIP per family,
+    /// and readers keep the last of each, so a second would move it.
+    pub fn vips(&self, vips: &[IpAddr]) -> Result<(), String> {
+        for (i, ip) in vips.iter().enumerate() {
+            if !self.pools.iter().any(|pool| pool.contains(ip)) {
+                return Err(format!("VIP {ip} is outside the VIP pools"));
+            }
+            let family = |ip: &IpAddr| ip.is_ipv4();
+            if let Some(first) = vips[..i].iter().find(|o| family(o) == family(ip)) {
+                return Err(format!("VIPs {first} and {ip} are of one family"));
+            }
         }
+        Ok(())
     }
 
     /// Refuses an address of `cluster` no cluster's Service or endpoint can
@@ -265,10 +273,18 @@ mod tests {
             let refused = trust.namespace(&ServiceKey::new(ns, "web")).unwrap_err();
             assert_eq!(refused, format!("namespace {ns} is protected"));
         }
-        assert!(trust.vip(ip("243.1.2.3")).is_ok() && trust.vip(ip("fd00:c5e7::9")).is_ok());
+        assert!(trust.vips(&[ip("243.1.2.3"), ip("fd00:c5e7::9")]).is_ok());
         assert_eq!(
-            trust.vip(ip("10.96.0.10")).unwrap_err(),
+            trust.vips(&[ip("10.96.0.10")]).unwrap_err(),
             "VIP 10.96.0.10 is outside the VIP pools"
+        );
+        // A second address of a family would move the VIP (readers keep
+        // the last), however it got past the broker's policy.
+        assert_eq!(
+            trust
+                .vips(&[ip("243.1.2.3"), ip("243.66.6.9")])
+                .unwrap_err(),
+            "VIPs 243.1.2.3 and 243.66.6.9 are of one family"
         );
         assert_eq!(
             trust

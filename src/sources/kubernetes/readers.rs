@@ -176,9 +176,7 @@ pub(crate) fn broker_records(me: ClusterId, trust: Arc<Trust>) -> Reader<Service
                 };
                 trust.namespace(&key).map_err(refused)?;
                 let vips = records::read::record_vips(record);
-                for ip in &vips {
-                    trust.vip(*ip).map_err(refused)?;
-                }
+                trust.vips(&vips).map_err(refused)?;
                 Ok(vec![Change::Vips(key, vips)])
             }
             None => Ok(Vec::new()),
