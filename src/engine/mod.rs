@@ -982,6 +982,12 @@ mod tests {
         ServiceKey::new("shop", "web")
     }
 
+    /// The clusters backing an aggregate's import.
+    fn import_clusters(aggregate: &Aggregate) -> Vec<&str> {
+        let import = aggregate.import.as_ref().expect("an import");
+        import.clusters.iter().map(|c| &*c.cluster).collect()
+    }
+
     fn upsert(cluster: &str, object: Object) -> Change {
         Change::Upsert(cluster.into(), key(), object)
     }
@@ -1084,15 +1090,7 @@ mod tests {
         }
         assert!(engine.get(&key()).unwrap().import.is_some());
         let api = engine.get(&payroll).unwrap();
-        let clusters: Vec<&str> = api
-            .import
-            .as_ref()
-            .unwrap()
-            .clusters
-            .iter()
-            .map(|c| &*c.cluster)
-            .collect();
-        assert_eq!(clusters, ["west"], "east's export is left out");
+        assert_eq!(import_clusters(api), ["west"], "east's export is left out");
         let east = &api.exports[0];
         assert_eq!(&*east.cluster, "east");
         let valid = east.condition(VALID).unwrap();
@@ -1165,15 +1163,7 @@ mod tests {
         );
         assert_eq!(valid_reason(&engine, "c", "west"), reason::VALID);
         let c = engine.get(&ServiceKey::new("shop", "c")).unwrap();
-        let clusters: Vec<&str> = c
-            .import
-            .as_ref()
-            .unwrap()
-            .clusters
-            .iter()
-            .map(|c| &*c.cluster)
-            .collect();
-        assert_eq!(clusters, ["west"]);
+        assert_eq!(import_clusters(c), ["west"]);
         assert_eq!(engine.limited(Limit::ExportsPerCluster), 1);
         assert!(engine.take_notes().contains(&Note::Limited {
             limit: Limit::ExportsPerCluster,

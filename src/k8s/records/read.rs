@@ -269,15 +269,7 @@ mod tests {
     /// server says; an annotation that is not a time names the record.
     #[test]
     fn first_seen_falls_back_to_the_creation_timestamp() {
-        let mut record = export_record(
-            McsVersion::V1beta1,
-            &ServiceKey::new("shop", "web"),
-            "east",
-            Timestamp::UNIX_EPOCH,
-            &crate::engine::aggregate::tests::export(1),
-            &service(),
-            DEFAULTS,
-        );
+        let mut record = web_of_east();
         let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         record.metadata.creation_timestamp = Some(Time(created));
         let annotations = record.metadata.annotations.as_mut().unwrap();
@@ -292,17 +284,25 @@ mod tests {
         assert_eq!(first_seen(&record).unwrap(), Some(created));
     }
 
-    #[test]
-    fn broken_records_are_named() {
-        let mut record = export_record(
+    /// `shop/web`'s export record from `east`.
+    fn web_of_east() -> ServiceImport {
+        let key = ServiceKey::new("shop", "web");
+        let export = crate::engine::aggregate::tests::export(1);
+        let seen = Timestamp::UNIX_EPOCH;
+        export_record(
             McsVersion::V1beta1,
-            &ServiceKey::new("shop", "web"),
+            &key,
             "east",
-            Timestamp::UNIX_EPOCH,
-            &crate::engine::aggregate::tests::export(1),
+            seen,
+            &export,
             &service(),
             DEFAULTS,
-        );
+        )
+    }
+
+    #[test]
+    fn broken_records_are_named() {
+        let mut record = web_of_east();
         record.spec.type_ = "Magic".into();
         let err = read_export_record(&record).unwrap_err().to_string();
         assert!(
