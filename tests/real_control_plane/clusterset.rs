@@ -42,6 +42,12 @@ pub const LEASE_SECONDS: u64 = 4;
 pub const CLUSTER_TIMEOUT_SECONDS: u64 = 12;
 /// How long a change may take to reach every member in these tests.
 pub const CONVERGE: Duration = Duration::from_secs(60);
+/// `--max-exports-per-cluster` of every replica of this release: low
+/// enough for `broker_trust::flood` to pass it in seconds, far above what
+/// any other scenario publishes (the previous release has no caps).
+pub const EXPORT_CAP: usize = 150;
+/// The binary of this release (the one under test).
+const THIS_RELEASE: &str = env!("CARGO_BIN_EXE_clusterset-dns");
 
 /// Which CRDs a member cluster has.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -393,8 +399,7 @@ impl Clusterset {
 
     /// Starts one more replica of member `i` and waits until it answers.
     pub async fn add_replica(&mut self, i: usize) -> Result<()> {
-        self.add_replica_of(i, Path::new(env!("CARGO_BIN_EXE_clusterset-dns")))
-            .await
+        self.add_replica_of(i, Path::new(THIS_RELEASE)).await
     }
 
     /// [`Self::add_replica`] running `binary` (another release: `upgrade.rs`).
@@ -423,6 +428,9 @@ impl Clusterset {
         .map(str::to_owned)
         .into();
         args.extend(replica_flags(&member.id));
+        if binary == Path::new(THIS_RELEASE) {
+            args.extend(["--max-exports-per-cluster".into(), EXPORT_CAP.to_string()]);
+        }
         let process = spawn_member(&identity, binary, &args, &log)?;
         let mut replica = Replica {
             identity,

@@ -160,6 +160,7 @@ async fn run(filters: &[String]) -> ExitCode {
         broker_trust::liveness::no_member_declares_a_live_cluster_dead,
         broker_trust::deletion::no_member_deletes_another_members_records,
         broker_trust::addresses::no_unroutable_address_reaches_an_answer,
+        broker_trust::flood::a_flood_of_records_is_capped_and_changes_no_other_answer,
     ];
     let chosen: Vec<_> = all
         .into_iter()

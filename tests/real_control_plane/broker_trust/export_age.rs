@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::{Value, json};
 
-use super::{ATTACKER, NS, delete, forged, namespaces, refused, update};
+use super::{ATTACKER, NS, Paused, delete, forged, namespaces, refused, set_annotation, update};
 use crate::check::{AFTER_ATTACK, Sampler, agreed_vip, answers_everywhere, fqdn, ips};
 use crate::clusterset::{BROKER_NAMESPACE, CONVERGE, Clusterset, eventually, member_broker_client};
 use crate::workloads::{exported_with_pod, imports, unexport};
@@ -161,38 +161,4 @@ fn annotation(object: &DynamicObject, key: &str) -> Result<String> {
         .and_then(|a| a.get(key))
         .cloned()
         .with_context(|| format!("{:?} has no annotation {key}", object.metadata.name))
-}
-
-fn set_annotation(object: &mut DynamicObject, key: &str, value: &str) {
-    let annotations = object.metadata.annotations.get_or_insert_default();
-    annotations.insert(key.into(), value.into());
-}
-
-/// Members' replicas stopped (SIGSTOP) until dropped (SIGCONT): their
-/// writers cannot put back what a test wrote in their names.
-struct Paused(Vec<u32>);
-
-impl Paused {
-    fn new(set: &Clusterset, ids: &[&str]) -> Result<Self> {
-        let replicas = ids.iter().flat_map(|id| &set.member(id).replicas);
-        let pids: Vec<u32> = replicas.filter_map(|r| r.pid()).collect();
-        ensure!(!pids.is_empty(), "{ids:?} have running replicas");
-        signal(&pids, "-STOP")?;
-        Ok(Self(pids))
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        let _ = signal(&self.0, "-CONT");
-    }
-}
-
-fn signal(pids: &[u32], signal: &str) -> Result<()> {
-    let status = std::process::Command::new("kill")
-        .arg(signal)
-        .args(pids.iter().map(u32::to_string))
-        .status()?;
-    ensure!(status.success(), "kill {signal} {pids:?}");
-    Ok(())
 }

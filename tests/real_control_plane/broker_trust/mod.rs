@@ -9,12 +9,13 @@
 //! does not export are sampled during the attack and after it, and never
 //! change ([`Sampler`]).
 //!
-//! Flooding the broker (the fifth attack) is not here: it needs the
-//! caps of the item 4.
+//! Flooding the broker (the fifth attack) is `flood`, against the
+//! caps of the item 4 (`clusterset::EXPORT_CAP`).
 
 pub mod addresses;
 pub mod deletion;
 pub mod export_age;
+pub mod flood;
 pub mod impersonation;
 pub mod liveness;
 pub mod vip_hijack;
@@ -244,5 +245,40 @@ async fn logged(set: &Clusterset, readers: &[&str], lines: &[String]) -> Result<
         )
         .await?;
     }
+    Ok(())
+}
+
+/// Sets one annotation of `object`.
+fn set_annotation(object: &mut DynamicObject, key: &str, value: &str) {
+    let annotations = object.metadata.annotations.get_or_insert_default();
+    annotations.insert(key.into(), value.into());
+}
+
+/// Members' replicas stopped (SIGSTOP) until dropped (SIGCONT): their
+/// writers cannot put back what a test wrote in their names.
+pub struct Paused(Vec<u32>);
+
+impl Paused {
+    fn new(set: &Clusterset, ids: &[&str]) -> Result<Self> {
+        let replicas = ids.iter().flat_map(|id| &set.member(id).replicas);
+        let pids: Vec<u32> = replicas.filter_map(|r| r.pid()).collect();
+        ensure!(!pids.is_empty(), "{ids:?} have running replicas");
+        signal(&pids, "-STOP")?;
+        Ok(Self(pids))
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = signal(&self.0, "-CONT");
+    }
+}
+
+fn signal(pids: &[u32], signal: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(signal)
+        .args(pids.iter().map(u32::to_string))
+        .status()?;
+    ensure!(status.success(), "kill {signal} {pids:?}");
     Ok(())
 }
