@@ -8,7 +8,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{ATTACKER, NS, defend, delete, forged, logged, refused_by, update, wests};
+use super::{ATTACKER, NS, Paused, defend, delete, forged, logged, refused_by, update, wests};
 use crate::check::AFTER_ATTACK;
 use crate::clusterset::{BROKER_NAMESPACE, Clusterset, member_broker_client};
 use crate::workloads::imports;
@@ -72,12 +72,13 @@ pub async fn no_unroutable_address_reaches_an_answer(set: &mut Clusterset) -> Re
     }
 
     // East's own records and slices, admitted; refused by every reader.
+    // Labelled as this program labels them, since the readers' watches see
+    // nothing else; east's replicas are stopped meanwhile, since its writer
+    // deletes records and slices of its name it has no export for.
     let (pods_record, _) = wests(&east, &pods).await?;
     let (service_record, _) = wests(&east, SERVICE).await?;
-    let as_east = json!({
-        "multicluster.kubernetes.io/source-cluster": ATTACKER,
-        "app.kubernetes.io/managed-by": null,
-    });
+    let as_east = json!({"multicluster.kubernetes.io/source-cluster": ATTACKER});
+    let paused = Paused::new(set, &[ATTACKER])?;
     let own_pods = format!("{pods}.{NS}.{ATTACKER}");
     let own_service = format!("{SERVICE}.{NS}.{ATTACKER}");
     records
@@ -119,6 +120,13 @@ pub async fn no_unroutable_address_reaches_an_answer(set: &mut Clusterset) -> Re
         own_slices.push(name);
     }
     logged(set, &["west", "north"], &lines).await?;
+    for name in [own_pods, own_service] {
+        delete(&records, &name).await?;
+    }
+    for name in own_slices {
+        delete(&slices, &name).await?;
+    }
+    drop(paused);
 
     // A compromised broker: west's slice and record rewritten.
     let admin_slices: Api<EndpointSlice> = Api::namespaced(set.broker.clone(), BROKER_NAMESPACE);
@@ -143,7 +151,7 @@ pub async fn no_unroutable_address_reaches_an_answer(set: &mut Clusterset) -> Re
     ];
     logged(set, &["east", "north"], &lines).await?;
 
-    // Put back: west's objects as they were, east's own removed.
+    // Put back: west's objects as they were.
     let spec = &service_record.data["spec"];
     update(&admin_records, &west_service, |r| {
         r.data["spec"] = spec.clone()
@@ -153,11 +161,5 @@ pub async fn no_unroutable_address_reaches_an_answer(set: &mut Clusterset) -> Re
         s.endpoints = endpoints.clone()
     })
     .await?;
-    for name in [own_pods, own_service] {
-        delete(&records, &name).await?;
-    }
-    for name in own_slices {
-        delete(&slices, &name).await?;
-    }
     defended.sampler.finish(AFTER_ATTACK).await
 }

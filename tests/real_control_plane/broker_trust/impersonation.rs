@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use super::{ATTACKER, NS, defend, forged, labels, logged, record, refused, update, wests};
+use super::{ATTACKER, NS, Paused, defend, forged, labels, logged, record, refused, update, wests};
 use crate::check::{AFTER_ATTACK, fqdn};
 use crate::clusterset::{BROKER_NAMESPACE, Clusterset, kubectl, member_broker_client};
 use crate::workloads::imports;
@@ -133,7 +133,11 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
     .await?;
 
     // East's own records (admitted), of protected namespaces (refused by
-    // every reader); not labelled managed, so east's writer leaves them.
+    // every reader). Labelled as this program labels them, since the
+    // readers' watches see nothing else; east's replicas are stopped
+    // meanwhile, since its writer deletes records of its name it has no
+    // export for.
+    let paused = Paused::new(set, &[ATTACKER])?;
     let mut lines = Vec::new();
     for (name, ns) in protected {
         let own_name = format!("{name}.{ns}.{ATTACKER}");
@@ -141,7 +145,6 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
             "multicluster.kubernetes.io/service-name": name,
             "clusterset-dns.io/service-namespace": ns,
             SOURCE_CLUSTER: ATTACKER,
-            "app.kubernetes.io/managed-by": null,
         });
         let mine = forged(&west_record, &own_name, &changes);
         records
@@ -165,5 +168,6 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
             .await
             .with_context(|| format!("east deletes its own record {own_name}"))?;
     }
+    drop(paused);
     defended.sampler.finish(AFTER_ATTACK).await
 }
