@@ -12,9 +12,10 @@ use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use jiff::Timestamp;
 use serde_json::{Value, json};
+use test_support::Outcome;
 
 use super::{ATTACKER, Paused, defend, forged, logged, set_annotation, wests};
-use crate::check::{AFTER_ATTACK, answer, fqdn};
+use crate::check::{AFTER_ATTACK, answer, answers, fqdn};
 use crate::clusterset::{
     BROKER_NAMESPACE, CONVERGE, Clusterset, EXPORT_CAP, eventually, member_broker_client,
 };
@@ -86,29 +87,14 @@ pub async fn a_flood_of_records_is_capped_and_changes_no_other_answer(
             .await?;
             // Last by name, so left out once the whole flood has arrived.
             let past = fqdn(&last, FLOODED);
-            eventually(CONVERGE, &format!("{id}: {past} left out"), async || {
-                let (code, answers) = answer(dns, &past, RecordType::A).await;
-                match code {
-                    ResponseCode::NXDomain => Ok(Some(())),
-                    other => Err(format!("{other} {answers:?}")),
-                }
-            })
-            .await?;
+            answers(set, id, &past, RecordType::A, &Outcome::NxDomain).await?;
         }
         defended.sampler.finish(AFTER_ATTACK).await?;
     }
     // East's own writer removes the records of its name it has no export for.
     for id in ["west", "north"] {
-        let dns = set.member(id).dns();
         let first = fqdn(&name(0), FLOODED);
-        eventually(CONVERGE, &format!("{id}: the flood gone"), async || {
-            let (code, _) = answer(dns, &first, RecordType::A).await;
-            match code {
-                ResponseCode::NXDomain => Ok(Some(())),
-                other => Err(format!("{other}")),
-            }
-        })
-        .await?;
+        answers(set, id, &first, RecordType::A, &Outcome::NxDomain).await?;
     }
     Ok(())
 }
