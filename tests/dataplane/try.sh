@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# Issue 47 groundwork: proves by hand that stock kube-proxy (nftables mode),
+# built from the pinned k8s.io/kubernetes, routes a Service's ClusterIP to a
+# real listener, all inside network namespaces, against the same etcd and
+# kube-apiserver the real-control-plane tests run. docs/dataplane-notes.md
+# records what this showed and what the Rust scenarios need from it.
+#
+# Run as root: tests/dataplane/try.sh   (KEEP=1 leaves everything running
+# and prints how to clean up; CONTROL_PLANE_BIN and KUBE_PROXY override the
+# binaries' places). Needs: ip (iproute2), nft (nftables), socat, nc, openssl.
+#
+# Topology (one member; the host's own namespace is only touched by one veth):
+#
+#   root netns                    dp-node (kube-proxy)           dp-pod
+#   apiserver on 10.200.0.1 ----- 10.200.0.2  eth0
+#                                 10.244.1.1  pod5 ------------- 10.244.1.5 eth0
+#                                 default via 10.200.0.1         socat :8080 tcp+udp
+#
+# The node needs a route for every ClusterIP it dials (the default route
+# here): connect() looks a route up before nftables' DNAT rewrites the
+# destination, so a VIP with no route fails with "network unreachable".
+set -euo pipefail
+
+bins="${CONTROL_PLANE_BIN:-/work/main/target/control-plane}"
+kube_proxy="${KUBE_PROXY:-$bins/kube-proxy}"
+for tool in ip nft socat nc openssl; do
+    command -v "$tool" >/dev/null || { echo "error: $tool is needed" >&2; exit 1; }
+done
+[ "$(id -u)" = 0 ] || { echo "error: run as root (network namespaces, nftables)" >&2; exit 1; }
+
+node=dp-node
+pod=dp-pod
+host_if=dp-host0
+host_ip=10.200.0.1
+node_ip=10.200.0.2
+pod_ip=10.244.1.5
+pod_gw=10.244.1.1
+vip_pool=243.0.0.0/16
+vip=243.0.0.5
+work="$(mktemp -d /tmp/dataplane-try.XXXXXX)"
+pids=()
+
+cleanup() {
+    local rc=$?
+    if [ "${KEEP:-0}" = 1 ]; then
+        echo "KEEP=1: left running; pids ${pids[*]}; work dir $work"
+        echo "clean up: kill ${pids[*]}; ip netns del $node; ip netns del $pod; ip link del $host_if"
+        return
+    fi
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    ip netns del "$pod" 2>/dev/null || true
+    ip netns del "$node" 2>/dev/null || true
+    ip link del "$host_if" 2>/dev/null || true
+    [ "$rc" = 0 ] && rm -rf "$work" || echo "logs kept in $work"
+}
+trap cleanup EXIT
+
+step() { printf '\n== %s (%ss)\n' "$*" "$SECONDS"; }
+# Polls "$@" every 0.2 s for up to $limit seconds.
+until_ok() {
+    local limit=$1; shift
+    local end=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$end" ] || { echo "timed out: $*" >&2; return 1; }
+        sleep 0.2
+    done
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+step "network namespaces"
+ip netns add "$node"
+ip netns add "$pod"
+ip link add "$host_if" type veth peer name eth0 netns "$node"
+ip addr add "$host_ip/24" dev "$host_if"
+ip link set "$host_if" up
+ip -n "$node" link set lo up
+ip -n "$node" addr add "$node_ip/24" dev eth0
+ip -n "$node" link set eth0 up
+ip -n "$node" route add default via "$host_ip"
+# The node forwards between its pods and the rest of the flat network.
+ip netns exec "$node" sysctl -qw net.ipv4.ip_forward=1
+ip -n "$node" link add pod5 type veth peer name eth0 netns "$pod"
+ip -n "$node" addr add "$pod_gw/24" dev pod5
+ip -n "$node" link set pod5 up
+ip -n "$pod" link set lo up
+ip -n "$pod" addr add "$pod_ip/24" dev eth0
+ip -n "$pod" link set eth0 up
+ip -n "$pod" route add default via "$pod_gw"
+
+step "listeners in the pod (the conformance suite's socat lines)"
+ip netns exec "$pod" socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod_ip" \
+    >"$work/socat-tcp.log" 2>&1 &
+pids+=($!)
+ip netns exec "$pod" socat UDP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod_ip" \
+    >"$work/socat-udp.log" 2>&1 &
+pids+=($!)
+until_ok 5 ip netns exec "$node" nc -z -w1 "$pod_ip" 8080
+echo "direct: $(ip netns exec "$node" nc -w1 "$pod_ip" 8080 </dev/null)"
+
+step "certificates and etcd"
+cd "$work"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=dataplane-try-ca \
+    -keyout ca.key -out ca.crt 2>/dev/null
+printf 'subjectAltName=IP:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' "$host_ip" >serving.ext
+openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout serving.key -out serving.csr 2>/dev/null
+openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
+    -extfile serving.ext -out serving.crt 2>/dev/null
+openssl genrsa -out sa.key 2048 2>/dev/null
+openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+token=dataplane-try-admin
+echo "$token,admin,admin-uid,system:masters" >tokens.csv
+etcd_port=$(free_port)
+peer_port=$(free_port)
+"$bins/etcd" --name=try --data-dir="$work/etcd" \
+    --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
+    --initial-cluster="try=http://127.0.0.1:$peer_port" --log-level=warn \
+    --quota-backend-bytes=536870912 >"$work/etcd.log" 2>&1 &
+pids+=($!)
+until_ok 30 curl -sf "http://127.0.0.1:$etcd_port/health"
+
+step "kube-apiserver on $host_ip (the node's kube-proxy dials it over the veth)"
+api_port=$(free_port)
+"$bins/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address="$host_ip" --advertise-address="$host_ip" --secure-port="$api_port" \
+    --endpoint-reconciler-type=none \
+    --tls-cert-file=serving.crt --tls-private-key-file=serving.key --client-ca-file=ca.crt \
+    --token-auth-file=tokens.csv \
+    --service-account-issuer=https://try.clusterset-dns.test \
+    --service-account-key-file=sa.pub --service-account-signing-key-file=sa.key \
+    --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16 \
+    --cert-dir="$work/apiserver-certs" --profiling=false --v=1 >"$work/kube-apiserver.log" 2>&1 &
+pids+=($!)
+cat >kubeconfig <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://$host_ip:$api_port
+    certificate-authority: $work/ca.crt
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: c
+  context:
+    cluster: c
+    user: admin
+current-context: c
+EOF
+k() { "$bins/kubectl" --kubeconfig="$work/kubeconfig" "$@"; }
+until_ok 60 k get --raw /readyz
+echo "apiserver ready"
+
+step "the Node object kube-proxy reads its IPs from"
+# kube-proxy waits up to 30 s for its Node to exist with addresses
+# (pkg/proxy/node.go) and then goes on without a node IP; making it first
+# saves the wait.
+k apply -f - <<EOF
+apiVersion: v1
+kind: Node
+metadata: {name: $node}
+EOF
+k patch node "$node" --subresource=status --type=merge \
+    -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$node_ip\"}]}}"
+
+step "kube-proxy (nftables) in $node"
+t_kp=$SECONDS
+ip netns exec "$node" "$kube_proxy" --kubeconfig="$work/kubeconfig" \
+    --proxy-mode=nftables --hostname-override="$node" --cluster-cidr=10.244.0.0/16 \
+    --conntrack-max-per-core=0 --conntrack-min=0 \
+    --v=2 >"$work/kube-proxy.log" 2>&1 &
+pids+=($!)
+until_ok 30 ip netns exec "$node" nft list table ip kube-proxy
+echo "kube-proxy's table is there after $((SECONDS - t_kp))s"
+
+step "a selectorless Service and its EndpointSlice"
+k apply -f - <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  ports:
+  - {name: tcp, protocol: TCP, port: 80, targetPort: 8080}
+  - {name: udp, protocol: UDP, port: 80, targetPort: 8080}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports:
+- {name: tcp, protocol: TCP, port: 8080}
+- {name: udp, protocol: UDP, port: 8080}
+endpoints:
+- addresses: [$pod_ip]
+  conditions: {ready: true}
+EOF
+cluster_ip=$(k get service web -o jsonpath='{.spec.clusterIP}')
+echo "ClusterIP $cluster_ip"
+
+# Dials $1 port 80 from the node: TCP, or UDP with -u (a datagram in, the
+# listener's line back).
+dial() {
+    if [ "${2:-}" = -u ]; then
+        echo hello | ip netns exec "$node" nc -u -w1 "$1" 80
+    else
+        ip netns exec "$node" nc -w2 "$1" 80 </dev/null
+    fi
+}
+answers() { [ "$(dial "$@")" = "pod ip $pod_ip" ]; }
+t=$SECONDS
+until_ok 30 answers "$cluster_ip"
+echo "TCP $cluster_ip:80 -> '$(dial "$cluster_ip")' (rules in place within $((SECONDS - t))s)"
+until_ok 10 answers "$cluster_ip" -u
+echo "UDP $cluster_ip:80 -> '$(dial "$cluster_ip" -u)'"
+
+step "a ServiceCIDR for the VIP pool and a Service pinned to $vip"
+k apply -f - <<EOF
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata: {name: clusterset-vips}
+spec: {cidrs: [$vip_pool]}
+EOF
+# Its Ready condition is kube-controller-manager's (service-cidr-controller),
+# not run here; the apiserver's allocator takes the range once its informer
+# sees it, so the pinned create below may be refused for a moment.
+cat >web-vip.yaml <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: web-vip, namespace: default}
+spec:
+  clusterIP: $vip
+  ports:
+  - {name: tcp, protocol: TCP, port: 80, targetPort: 8080}
+  - {name: udp, protocol: UDP, port: 80, targetPort: 8080}
+EOF
+t=$SECONDS
+until_ok 10 k create -f web-vip.yaml
+echo "pinned create accepted after $((SECONDS - t))s"
+k apply -f - <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-vip-1
+  namespace: default
+  labels: {kubernetes.io/service-name: web-vip}
+addressType: IPv4
+ports:
+- {name: tcp, protocol: TCP, port: 8080}
+- {name: udp, protocol: UDP, port: 8080}
+endpoints:
+- addresses: [$pod_ip]
+  conditions: {ready: true}
+EOF
+echo "web-vip ClusterIP $(k get service web-vip -o jsonpath='{.spec.clusterIP}')," \
+    "IPAddress $vip -> $(k get ipaddress "$vip" -o jsonpath='{.spec.parentRef.resource}/{.spec.parentRef.name}')"
+t=$SECONDS
+until_ok 30 answers "$vip"
+echo "TCP $vip:80 -> '$(dial "$vip")' (within $((SECONDS - t))s)"
+until_ok 10 answers "$vip" -u
+echo "UDP $vip:80 -> '$(dial "$vip" -u)'"
+
+step "the endpoint turning not ready leaves the rotation"
+k patch endpointslice web-vip-1 --type=json \
+    -p '[{"op":"replace","path":"/endpoints/0/conditions/ready","value":false}]'
+refused() { ! ip netns exec "$node" nc -z -w1 "$vip" 80; }
+t=$SECONDS
+until_ok 30 refused
+echo "TCP $vip:80 refused/unreachable within $((SECONDS - t))s of not-ready"
+
+step "done: kube-proxy routed both ClusterIPs, TCP and UDP"
+ip netns exec "$node" nft list table ip kube-proxy >"$work/kube-proxy.nft"
+echo "ruleset: $(wc -l <"$work/kube-proxy.nft") lines (in $work/kube-proxy.nft if KEEP=1)"
