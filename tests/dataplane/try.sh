@@ -9,12 +9,21 @@
 # and prints how to clean up; CONTROL_PLANE_BIN and KUBE_PROXY override the
 # binaries' places). Needs: ip (iproute2), nft (nftables), socat, nc, openssl.
 #
-# Topology (one member; the host's own namespace is only touched by one veth):
+# Topology: one member's node and pod, plus a second cluster's node and pod
+# reached through a router namespace (the flat network: pod IPs route
+# between clusters). The host's own namespace gains one veth, to reach the
+# API server, and forwards nothing.
 #
-#   root netns                    dp-node (kube-proxy)           dp-pod
-#   apiserver on 10.200.0.1 ----- 10.200.0.2  eth0
-#                                 10.244.1.1  pod5 ------------- 10.244.1.5 eth0
-#                                 default via 10.200.0.1         socat :8080 tcp+udp
+#   root netns               dp-node (kube-proxy)         dp-pod
+#   apiserver 10.200.0.1 --- 10.200.0.2 eth0
+#                            10.244.1.1 pod5 ------------ 10.244.1.5 socat :8080
+#                            10.201.1.2 eth1
+#                                 |
+#                            dp-fabric (router): 10.244/16 via dp-node,
+#                                 |               10.245/16 via dp-node2
+#                            10.201.2.2 eth1
+#                            dp-node2 (the other cluster's node, no kube-proxy)
+#                            10.245.2.1 pod7 ------------ dp-pod2 10.245.2.7 socat :8080
 #
 # The node needs a route for every ClusterIP it dials (the default route
 # here): connect() looks a route up before nftables' DNAT rewrites the
@@ -30,6 +39,10 @@ done
 
 node=dp-node
 pod=dp-pod
+fabric=dp-fabric
+node2=dp-node2
+pod2=dp-pod2
+pod2_ip=10.245.2.7
 host_if=dp-host0
 host_ip=10.200.0.1
 node_ip=10.200.0.2
@@ -44,13 +57,16 @@ cleanup() {
     local rc=$?
     if [ "${KEEP:-0}" = 1 ]; then
         echo "KEEP=1: left running; pids ${pids[*]}; work dir $work"
-        echo "clean up: kill ${pids[*]}; ip netns del $node; ip netns del $pod; ip link del $host_if"
+        echo "clean up (SIGTERM leaves kube-apiserver running for minutes):" \
+            "kill -9 ${pids[*]}; then ip netns del each of" \
+            "$node $pod $fabric $node2 $pod2; ip link del $host_if"
         return
     fi
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    # SIGKILL, as the Rust harness does: on SIGTERM kube-apiserver drains
+    # for minutes. Nothing here has state worth a clean stop.
+    for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    ip netns del "$pod" 2>/dev/null || true
-    ip netns del "$node" 2>/dev/null || true
+    for ns in "$pod2" "$node2" "$fabric" "$pod" "$node"; do ip netns del "$ns" 2>/dev/null || true; done
     ip link del "$host_if" 2>/dev/null || true
     [ "$rc" = 0 ] && rm -rf "$work" || echo "logs kept in $work"
 }
@@ -87,6 +103,29 @@ ip -n "$pod" link set lo up
 ip -n "$pod" addr add "$pod_ip/24" dev eth0
 ip -n "$pod" link set eth0 up
 ip -n "$pod" route add default via "$pod_gw"
+# The other cluster: its node (no kube-proxy needed: nothing dials a VIP
+# there in this script), its pod, and the router between the two nodes.
+veth() { # veth NS1 IF1 ADDR1 NS2 IF2 ADDR2
+    ip -n "$1" link add "$2" type veth peer name "$5" netns "$4"
+    ip -n "$1" addr add "$3" dev "$2"
+    ip -n "$4" addr add "$6" dev "$5"
+    ip -n "$1" link set "$2" up
+    ip -n "$4" link set "$5" up
+}
+for ns in "$fabric" "$node2" "$pod2"; do
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+done
+ip netns exec "$fabric" sysctl -qw net.ipv4.ip_forward=1
+ip netns exec "$node2" sysctl -qw net.ipv4.ip_forward=1
+veth "$fabric" n1 10.201.1.1/24 "$node" eth1 10.201.1.2/24
+veth "$fabric" n2 10.201.2.1/24 "$node2" eth1 10.201.2.2/24
+veth "$node2" pod7 10.245.2.1/24 "$pod2" eth0 "$pod2_ip/24"
+ip -n "$fabric" route add 10.244.0.0/16 via 10.201.1.2
+ip -n "$fabric" route add 10.245.0.0/16 via 10.201.2.2
+ip -n "$node" route add 10.245.0.0/16 via 10.201.1.1
+ip -n "$node2" route add default via 10.201.2.1
+ip -n "$pod2" route add default via 10.245.2.1
 
 step "listeners in the pod (the conformance suite's socat lines)"
 ip netns exec "$pod" socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod_ip" \
@@ -95,8 +134,16 @@ pids+=($!)
 ip netns exec "$pod" socat UDP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod_ip" \
     >"$work/socat-udp.log" 2>&1 &
 pids+=($!)
+ip netns exec "$pod2" socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod2_ip" \
+    >"$work/socat2-tcp.log" 2>&1 &
+pids+=($!)
+ip netns exec "$pod2" socat UDP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod2_ip" \
+    >"$work/socat2-udp.log" 2>&1 &
+pids+=($!)
 until_ok 5 ip netns exec "$node" nc -z -w1 "$pod_ip" 8080
-echo "direct: $(ip netns exec "$node" nc -w1 "$pod_ip" 8080 </dev/null)"
+until_ok 5 ip netns exec "$pod" nc -z -w1 "$pod2_ip" 8080
+echo "direct, node to pod: $(ip netns exec "$node" nc -w1 "$pod_ip" 8080 </dev/null)"
+echo "direct, pod to the other cluster's pod: $(ip netns exec "$pod" nc -w1 "$pod2_ip" 8080 </dev/null)"
 
 step "certificates and etcd"
 cd "$work"
@@ -204,13 +251,13 @@ EOF
 cluster_ip=$(k get service web -o jsonpath='{.spec.clusterIP}')
 echo "ClusterIP $cluster_ip"
 
-# Dials $1 port 80 from the node: TCP, or UDP with -u (a datagram in, the
-# listener's line back).
+# Dials $1 port 80 from the node (or from the namespace $from): TCP, or UDP
+# with -u (a datagram in, the listener's line back).
 dial() {
     if [ "${2:-}" = -u ]; then
-        echo hello | ip netns exec "$node" nc -u -w1 "$1" 80
+        echo hello | ip netns exec "${from:-$node}" nc -u -w1 "$1" 80
     else
-        ip netns exec "$node" nc -w2 "$1" 80 </dev/null
+        ip netns exec "${from:-$node}" nc -w2 "$1" 80 </dev/null
     fi
 }
 answers() { [ "$(dial "$@")" = "pod ip $pod_ip" ]; }
@@ -219,6 +266,25 @@ until_ok 30 answers "$cluster_ip"
 echo "TCP $cluster_ip:80 -> '$(dial "$cluster_ip")' (rules in place within $((SECONDS - t))s)"
 until_ok 10 answers "$cluster_ip" -u
 echo "UDP $cluster_ip:80 -> '$(dial "$cluster_ip" -u)'"
+
+step "hairpin: a pod whose own address is the endpoint it lands on"
+# kube-proxy masquerades a connection that comes back to the pod it came
+# from only for endpoints it knows are on its node (EndpointSlice
+# endpoints[].nodeName = its --hostname-override); without nodeName the
+# pod's SYN-ACK comes from itself and the dial times out. kube-proxy's
+# hairpin set is keyed by address and port, not by Service: one slice
+# with nodeName for 10.244.1.5:8080 makes every Service's hairpin work, so
+# this runs before web-vip's slice (which has nodeName) exists.
+if ip netns exec "$pod" nc -w2 "$cluster_ip" 80 </dev/null | grep -q .; then
+    echo "unexpected: hairpin answered without nodeName"; exit 1
+else
+    echo "without nodeName: $cluster_ip:80 from the pod itself times out (as expected)"
+fi
+k patch endpointslice web-1 --type=json \
+    -p "[{\"op\":\"add\",\"path\":\"/endpoints/0/nodeName\",\"value\":\"$node\"}]"
+hairpin() { [ "$(ip netns exec "$pod" nc -w2 "$cluster_ip" 80 </dev/null)" = "pod ip $pod_ip" ]; }
+until_ok 30 hairpin
+echo "with nodeName $node: $cluster_ip:80 from the pod -> '$(ip netns exec "$pod" nc -w2 "$cluster_ip" 80 </dev/null)'"
 
 step "a ServiceCIDR for the VIP pool and a Service pinned to $vip"
 k apply -f - <<EOF
@@ -243,6 +309,16 @@ EOF
 t=$SECONDS
 until_ok 10 k create -f web-vip.yaml
 echo "pinned create accepted after $((SECONDS - t))s"
+# The two refusals a derived Service's pinned create can meet (issue 47: a
+# condition on the ServiceImport, with the reason): the address taken, and
+# no ServiceCIDR holding it.
+for pinned in "$vip" 244.0.0.5; do
+    if sed -e "s/name: web-vip/name: web-refused/" -e "s/clusterIP: $vip/clusterIP: $pinned/" web-vip.yaml |
+        k create -f - >refused.out 2>&1; then
+        echo "unexpected: a Service pinned to $pinned was created"; exit 1
+    fi
+    echo "pinned to $pinned: $(cat refused.out)"
+done
 k apply -f - <<EOF
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -256,6 +332,7 @@ ports:
 - {name: udp, protocol: UDP, port: 8080}
 endpoints:
 - addresses: [$pod_ip]
+  nodeName: $node
   conditions: {ready: true}
 EOF
 echo "web-vip ClusterIP $(k get service web-vip -o jsonpath='{.spec.clusterIP}')," \
@@ -266,13 +343,49 @@ echo "TCP $vip:80 -> '$(dial "$vip")' (within $((SECONDS - t))s)"
 until_ok 10 answers "$vip" -u
 echo "UDP $vip:80 -> '$(dial "$vip" -u)'"
 
-step "the endpoint turning not ready leaves the rotation"
-k patch endpointslice web-vip-1 --type=json \
-    -p '[{"op":"replace","path":"/endpoints/0/conditions/ready","value":false}]'
-refused() { ! ip netns exec "$node" nc -z -w1 "$vip" 80; }
+step "a second EndpointSlice for $vip: the other cluster's pod (how MCS slices look)"
+k apply -f - <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-vip-2
+  namespace: default
+  labels: {kubernetes.io/service-name: web-vip}
+addressType: IPv4
+ports:
+- {name: tcp, protocol: TCP, port: 8080}
+- {name: udp, protocol: UDP, port: 8080}
+endpoints:
+- addresses: [$pod2_ip]
+  conditions: {ready: true}
+EOF
+# Counts the answers of $2 dials of $1 (TCP, or UDP with -u as $3), from
+# the node and from the pod (a pod's source address is not masqueraded).
+tally() {
+    local i
+    for ((i = 0; i < $2; i++)); do dial "$1" ${3:-}; echo; done | grep . | sort | uniq -c | tr -s ' ' | tr '\n' ';'
+}
+both() { local t; t=$(tally "$vip" 12 "$@"); [[ $t == *"$pod_ip"* && $t == *"$pod2_ip"* ]]; }
 t=$SECONDS
-until_ok 30 refused
-echo "TCP $vip:80 refused/unreachable within $((SECONDS - t))s of not-ready"
+until_ok 30 both
+echo "TCP $vip:80 from the node, 30 dials: $(tally "$vip" 30)"
+echo "UDP $vip:80 from the node, 10 dials: $(tally "$vip" 10 -u)"
+echo "TCP $vip:80 from the pod, 20 dials: $(from=$pod tally "$vip" 20)"
+
+step "the other cluster's endpoint turning not ready leaves the rotation"
+k patch endpointslice web-vip-2 --type=json \
+    -p '[{"op":"replace","path":"/endpoints/0/conditions/ready","value":false}]'
+only_first() { [ "$(tally "$vip" 10)" = " 10 pod ip $pod_ip;" ]; }
+t=$SECONDS
+until_ok 30 only_first
+echo "TCP $vip:80, 30 dials: $(tally "$vip" 30) (within $((SECONDS - t))s of not-ready)"
+
+step "the Service deleted (an unexport): $vip answers no more"
+k delete service web-vip
+gone() { ! ip netns exec "$node" nc -z -w1 "$vip" 80; }
+t=$SECONDS
+until_ok 30 gone
+echo "TCP $vip:80 no longer connects (within $((SECONDS - t))s)"
 
 step "done: kube-proxy routed both ClusterIPs, TCP and UDP"
 ip netns exec "$node" nft list table ip kube-proxy >"$work/kube-proxy.nft"
