@@ -43,6 +43,11 @@ fabric=dp-fabric
 node2=dp-node2
 pod2=dp-pod2
 pod2_ip=10.245.2.7
+# IPv6 beside each IPv4 address, for the dual-stack step.
+pod_ip6=fd00:10:244:1::5
+pod2_ip6=fd00:10:245:2::7
+vip_pool6=fd00:c5e7::/108
+vip6=fd00:c5e7::5
 host_if=dp-host0
 host_ip=10.200.0.1
 node_ip=10.200.0.2
@@ -103,6 +108,13 @@ ip -n "$pod" link set lo up
 ip -n "$pod" addr add "$pod_ip/24" dev eth0
 ip -n "$pod" link set eth0 up
 ip -n "$pod" route add default via "$pod_gw"
+ip netns exec "$node" sysctl -qw net.ipv6.conf.all.forwarding=1
+ip addr add fd00:200::1/64 dev "$host_if" nodad
+ip -n "$node" addr add fd00:200::2/64 dev eth0 nodad
+ip -n "$node" -6 route add default via fd00:200::1
+ip -n "$node" addr add fd00:10:244:1::1/64 dev pod5 nodad
+ip -n "$pod" addr add "$pod_ip6/64" dev eth0 nodad
+ip -n "$pod" -6 route add default via fd00:10:244:1::1
 # The other cluster: its node (no kube-proxy needed: nothing dials a VIP
 # there in this script), its pod, and the router between the two nodes.
 veth() { # veth NS1 IF1 ADDR1 NS2 IF2 ADDR2
@@ -118,6 +130,8 @@ for ns in "$fabric" "$node2" "$pod2"; do
 done
 ip netns exec "$fabric" sysctl -qw net.ipv4.ip_forward=1
 ip netns exec "$node2" sysctl -qw net.ipv4.ip_forward=1
+ip netns exec "$fabric" sysctl -qw net.ipv6.conf.all.forwarding=1
+ip netns exec "$node2" sysctl -qw net.ipv6.conf.all.forwarding=1
 veth "$fabric" n1 10.201.1.1/24 "$node" eth1 10.201.1.2/24
 veth "$fabric" n2 10.201.2.1/24 "$node2" eth1 10.201.2.2/24
 veth "$node2" pod7 10.245.2.1/24 "$pod2" eth0 "$pod2_ip/24"
@@ -126,24 +140,37 @@ ip -n "$fabric" route add 10.245.0.0/16 via 10.201.2.2
 ip -n "$node" route add 10.245.0.0/16 via 10.201.1.1
 ip -n "$node2" route add default via 10.201.2.1
 ip -n "$pod2" route add default via 10.245.2.1
+ip -n "$fabric" addr add fd00:201:1::1/64 dev n1 nodad
+ip -n "$node" addr add fd00:201:1::2/64 dev eth1 nodad
+ip -n "$fabric" addr add fd00:201:2::1/64 dev n2 nodad
+ip -n "$node2" addr add fd00:201:2::2/64 dev eth1 nodad
+ip -n "$node2" addr add fd00:10:245:2::1/64 dev pod7 nodad
+ip -n "$pod2" addr add "$pod2_ip6/64" dev eth0 nodad
+ip -n "$fabric" -6 route add fd00:10:244::/48 via fd00:201:1::2
+ip -n "$fabric" -6 route add fd00:10:245::/48 via fd00:201:2::2
+ip -n "$node" -6 route add fd00:10:245::/48 via fd00:201:1::1
+ip -n "$node2" -6 route add default via fd00:201:2::1
+ip -n "$pod2" -6 route add default via fd00:10:245:2::1
 
 step "listeners in the pod (the conformance suite's socat lines)"
-ip netns exec "$pod" socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod_ip" \
+ip netns exec "$pod" socat TCP6-LISTEN:8080,fork,reuseaddr,ipv6only=0 SYSTEM:"echo pod ip $pod_ip" \
     >"$work/socat-tcp.log" 2>&1 &
 pids+=($!)
-ip netns exec "$pod" socat UDP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod_ip" \
+ip netns exec "$pod" socat UDP6-LISTEN:8080,fork,reuseaddr,ipv6only=0 SYSTEM:"echo pod ip $pod_ip" \
     >"$work/socat-udp.log" 2>&1 &
 pids+=($!)
-ip netns exec "$pod2" socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod2_ip" \
+ip netns exec "$pod2" socat TCP6-LISTEN:8080,fork,reuseaddr,ipv6only=0 SYSTEM:"echo pod ip $pod2_ip" \
     >"$work/socat2-tcp.log" 2>&1 &
 pids+=($!)
-ip netns exec "$pod2" socat UDP-LISTEN:8080,fork,reuseaddr SYSTEM:"echo pod ip $pod2_ip" \
+ip netns exec "$pod2" socat UDP6-LISTEN:8080,fork,reuseaddr,ipv6only=0 SYSTEM:"echo pod ip $pod2_ip" \
     >"$work/socat2-udp.log" 2>&1 &
 pids+=($!)
 until_ok 5 ip netns exec "$node" nc -z -w1 "$pod_ip" 8080
 until_ok 5 ip netns exec "$pod" nc -z -w1 "$pod2_ip" 8080
 echo "direct, node to pod: $(ip netns exec "$node" nc -w1 "$pod_ip" 8080 </dev/null)"
 echo "direct, pod to the other cluster's pod: $(ip netns exec "$pod" nc -w1 "$pod2_ip" 8080 </dev/null)"
+until_ok 5 ip netns exec "$pod" nc -z -w1 "$pod2_ip6" 8080
+echo "direct, over IPv6: $(ip netns exec "$pod" nc -w1 "$pod2_ip6" 8080 </dev/null)"
 
 step "certificates and etcd"
 cd "$work"
@@ -176,7 +203,7 @@ api_port=$(free_port)
     --token-auth-file=tokens.csv \
     --service-account-issuer=https://try.clusterset-dns.test \
     --service-account-key-file=sa.pub --service-account-signing-key-file=sa.key \
-    --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16 \
+    --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112 \
     --cert-dir="$work/apiserver-certs" --profiling=false --v=1 >"$work/kube-apiserver.log" 2>&1 &
 pids+=($!)
 cat >kubeconfig <<EOF
@@ -212,12 +239,12 @@ kind: Node
 metadata: {name: $node}
 EOF
 k patch node "$node" --subresource=status --type=merge \
-    -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$node_ip\"}]}}"
+    -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$node_ip\"},{\"type\":\"InternalIP\",\"address\":\"fd00:200::2\"}]}}"
 
 step "kube-proxy (nftables) in $node"
 t_kp=$SECONDS
 ip netns exec "$node" "$kube_proxy" --kubeconfig="$work/kubeconfig" \
-    --proxy-mode=nftables --hostname-override="$node" --cluster-cidr=10.244.0.0/16 \
+    --proxy-mode=nftables --hostname-override="$node" --cluster-cidr=10.244.0.0/16,fd00:10:244::/48 \
     --conntrack-max-per-core=0 --conntrack-min=0 \
     --v=2 >"$work/kube-proxy.log" 2>&1 &
 pids+=($!)
@@ -291,7 +318,7 @@ k apply -f - <<EOF
 apiVersion: networking.k8s.io/v1
 kind: ServiceCIDR
 metadata: {name: clusterset-vips}
-spec: {cidrs: [$vip_pool]}
+spec: {cidrs: [$vip_pool, $vip_pool6]}
 EOF
 # Its Ready condition is kube-controller-manager's (service-cidr-controller),
 # not run here; the apiserver's allocator takes the range once its informer
@@ -387,6 +414,57 @@ t=$SECONDS
 until_ok 30 gone
 echo "TCP $vip:80 no longer connects (within $((SECONDS - t))s)"
 
-step "done: kube-proxy routed both ClusterIPs, TCP and UDP"
-ip netns exec "$node" nft list table ip kube-proxy >"$work/kube-proxy.nft"
+step "dual stack: a Service pinned to $vip and $vip6, one slice per family and cluster"
+# $vip was web-vip's a moment ago: its IPAddress may still be going.
+cat >web-ds.yaml <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: web-ds, namespace: default}
+spec:
+  ipFamilyPolicy: RequireDualStack
+  ipFamilies: [IPv4, IPv6]
+  clusterIP: $vip
+  clusterIPs: [$vip, $vip6]
+  ports:
+  - {name: tcp, protocol: TCP, port: 80, targetPort: 8080}
+  - {name: udp, protocol: UDP, port: 80, targetPort: 8080}
+EOF
+until_ok 10 k create -f web-ds.yaml
+echo "web-ds clusterIPs $(k get service web-ds -o jsonpath='{.spec.clusterIPs}')"
+for family in 4 6; do
+    for i in 1 2; do
+        if [ $family = 4 ]; then ips=("$pod_ip" "$pod2_ip"); type=IPv4; else ips=("$pod_ip6" "$pod2_ip6"); type=IPv6; fi
+        # This cluster's endpoint is on this node (hairpin, above); the
+        # other cluster's is on none of this cluster's nodes.
+        node_name=""
+        [ "$i" = 1 ] && node_name="nodeName: $node"
+        k apply -f - <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-ds-$family-$i
+  namespace: default
+  labels: {kubernetes.io/service-name: web-ds}
+addressType: $type
+ports:
+- {name: tcp, protocol: TCP, port: 8080}
+- {name: udp, protocol: UDP, port: 8080}
+endpoints:
+- addresses: [${ips[i-1]}]
+  $node_name
+  conditions: {ready: true}
+EOF
+    done
+done
+both_ds() { local t; t=$(from=${from:-$node} tally "$1" 12); [[ $t == *"$pod_ip;"* && $t == *"$pod2_ip;"* ]]; }
+until_ok 30 both_ds "$vip6"
+echo "TCP [$vip6]:80 from the node, 20 dials: $(tally "$vip6" 20)"
+echo "UDP [$vip6]:80 from the node, 10 dials: $(tally "$vip6" 10 -u)"
+echo "TCP $vip:80 from the node, 20 dials: $(tally "$vip" 20)"
+from=$pod until_ok 30 both_ds "$vip6"
+echo "TCP [$vip6]:80 from the pod, 20 dials: $(from=$pod tally "$vip6" 20)"
+
+step "done: kube-proxy routed the ClusterIPs, TCP and UDP, both families"
+{ ip netns exec "$node" nft list table ip kube-proxy
+  ip netns exec "$node" nft list table ip6 kube-proxy; } >"$work/kube-proxy.nft"
 echo "ruleset: $(wc -l <"$work/kube-proxy.nft") lines (in $work/kube-proxy.nft if KEEP=1)"
