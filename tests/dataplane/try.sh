@@ -15,7 +15,8 @@
 # API server, and forwards nothing.
 #
 #   root netns               dp-node (kube-proxy)         dp-pod
-#   apiserver 10.200.0.1 --- 10.200.0.2 eth0
+#   apiserver 127.0.0.1
+#   relay 10.200.0.1 ------- 10.200.0.2 eth0
 #                            10.244.1.1 pod5 ------------ 10.244.1.5 socat :8080
 #                            10.201.1.2 eth1
 #                                 |
@@ -176,7 +177,9 @@ step "certificates and etcd"
 cd "$work"
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=dataplane-try-ca \
     -keyout ca.key -out ca.crt 2>/dev/null
-printf 'subjectAltName=IP:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' "$host_ip" >serving.ext
+# The harness's certificate: loopback names only (the node reaches the API
+# server through a relay, below, and names it "localhost").
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >serving.ext
 openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout serving.key -out serving.csr 2>/dev/null
 openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
     -extfile serving.ext -out serving.crt 2>/dev/null
@@ -194,10 +197,10 @@ peer_port=$(free_port)
 pids+=($!)
 until_ok 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
-step "kube-apiserver on $host_ip (the node's kube-proxy dials it over the veth)"
+step "kube-apiserver on 127.0.0.1, as in the harness; a relay on $host_ip for the node"
 api_port=$(free_port)
 "$bins/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address="$host_ip" --advertise-address="$host_ip" --secure-port="$api_port" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
     --endpoint-reconciler-type=none \
     --tls-cert-file=serving.crt --tls-private-key-file=serving.key --client-ca-file=ca.crt \
     --token-auth-file=tokens.csv \
@@ -206,14 +209,17 @@ api_port=$(free_port)
     --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112 \
     --cert-dir="$work/apiserver-certs" --profiling=false --v=1 >"$work/kube-apiserver.log" 2>&1 &
 pids+=($!)
-cat >kubeconfig <<EOF
+# kubeconfig SERVER [TLS-SERVER-NAME]
+kubeconfig() {
+    cat <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: c
   cluster:
-    server: https://$host_ip:$api_port
+    server: https://$1
     certificate-authority: $work/ca.crt
+${2:+    tls-server-name: $2}
 users:
 - name: admin
   user:
@@ -225,6 +231,16 @@ contexts:
     user: admin
 current-context: c
 EOF
+}
+kubeconfig "127.0.0.1:$api_port" >kubeconfig
+# A namespace's loopback is its own: the node dials the host end of its
+# veth, where this relay passes the bytes to the API server's loopback
+# port; TLS is end to end, and tls-server-name makes the client check the
+# certificate for "localhost".
+socat TCP-LISTEN:"$api_port",bind="$host_ip",fork,reuseaddr TCP:127.0.0.1:"$api_port" \
+    >"$work/relay.log" 2>&1 &
+pids+=($!)
+kubeconfig "$host_ip:$api_port" localhost >node.kubeconfig
 k() { "$bins/kubectl" --kubeconfig="$work/kubeconfig" "$@"; }
 until_ok 60 k get --raw /readyz
 echo "apiserver ready"
@@ -243,7 +259,7 @@ k patch node "$node" --subresource=status --type=merge \
 
 step "kube-proxy (nftables) in $node"
 t_kp=$SECONDS
-ip netns exec "$node" "$kube_proxy" --kubeconfig="$work/kubeconfig" \
+ip netns exec "$node" "$kube_proxy" --kubeconfig="$work/node.kubeconfig" \
     --proxy-mode=nftables --hostname-override="$node" --cluster-cidr=10.244.0.0/16,fd00:10:244::/48 \
     --conntrack-max-per-core=0 --conntrack-min=0 \
     --v=2 >"$work/kube-proxy.log" 2>&1 &
