@@ -8,6 +8,7 @@
 # Run as root: tests/dataplane/try.sh   (KEEP=1 leaves everything running
 # and prints how to clean up; CONTROL_PLANE_BIN and KUBE_PROXY override the
 # binaries' places). Needs: ip (iproute2), nft (nftables), socat, nc, openssl.
+# Writes /etc/netns/dp-node/resolv.conf (removed at the end).
 #
 # Topology: one member's node and pod, plus a second cluster's node and pod
 # reached through a router namespace (the flat network: pod IPs route
@@ -58,6 +59,7 @@ vip_pool=243.0.0.0/16
 vip=243.0.0.5
 work="$(mktemp -d /tmp/dataplane-try.XXXXXX)"
 pids=()
+resolv_made=""
 
 cleanup() {
     local rc=$?
@@ -65,7 +67,7 @@ cleanup() {
         echo "KEEP=1: left running; pids ${pids[*]}; work dir $work"
         echo "clean up (SIGTERM leaves kube-apiserver running for minutes):" \
             "kill -9 ${pids[*]}; then ip netns del each of" \
-            "$node $pod $fabric $node2 $pod2; ip link del $host_if"
+            "$node $pod $fabric $node2 $pod2; ip link del $host_if; rm -rf /etc/netns/$node"
         return
     fi
     # SIGKILL, as the Rust harness does: on SIGTERM kube-apiserver drains
@@ -73,6 +75,7 @@ cleanup() {
     for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     for ns in "$pod2" "$node2" "$fabric" "$pod" "$node"; do ip netns del "$ns" 2>/dev/null || true; done
+    [ -z "$resolv_made" ] || { rm -rf "$resolv_made"; rmdir /etc/netns 2>/dev/null || true; }
     ip link del "$host_if" 2>/dev/null || true
     [ "$rc" = 0 ] && rm -rf "$work" || echo "logs kept in $work"
 }
@@ -479,6 +482,59 @@ echo "UDP [$vip6]:80 from the node, 10 dials: $(tally "$vip6" 10 -u)"
 echo "TCP $vip:80 from the node, 20 dials: $(tally "$vip" 20)"
 from=$pod until_ok 30 both_ds "$vip6"
 echo "TCP [$vip6]:80 from the pod, 20 dials: $(from=$pod tally "$vip6" 20)"
+
+step "by name, as the conformance suite's request Pod dials: DNS through a ClusterIP"
+# The node cannot reach a DNS server on the host's loopback; a kube-dns
+# style Service can: its ClusterIP (port 53) is DNATed by kube-proxy to a
+# DNS server on the host end of the veth, on any port. CoreDNS stands in
+# for the cluster's DNS with the answer clusterset-dns would give.
+dns_port=$(free_port)
+cat >Corefile <<EOF
+clusterset.local:$dns_port {
+    bind $host_ip
+    hosts {
+        $vip web-ds.default.svc.clusterset.local
+        $vip6 web-ds.default.svc.clusterset.local
+    }
+}
+EOF
+"$bins/coredns" -conf Corefile >"$work/coredns.log" 2>&1 &
+pids+=($!)
+k apply -f - <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: default}
+spec:
+  ports:
+  - {name: dns, protocol: UDP, port: 53, targetPort: $dns_port}
+  - {name: dns-tcp, protocol: TCP, port: 53, targetPort: $dns_port}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: dns-1
+  namespace: default
+  labels: {kubernetes.io/service-name: dns}
+addressType: IPv4
+ports:
+- {name: dns, protocol: UDP, port: $dns_port}
+- {name: dns-tcp, protocol: TCP, port: $dns_port}
+endpoints:
+- addresses: [$host_ip]
+  conditions: {ready: true}
+EOF
+dns_ip=$(k get service dns -o jsonpath='{.spec.clusterIP}')
+# `ip netns exec NAME` bind-mounts /etc/netns/NAME/* over /etc.
+mkdir -p "/etc/netns/$node"
+resolv_made="/etc/netns/$node"
+printf 'nameserver %s\noptions ndots:1 timeout:1\n' "$dns_ip" >"/etc/netns/$node/resolv.conf"
+by_name() { ip netns exec "$node" sh -c "echo hi | nc -w 2 -4 web-ds.default.svc.clusterset.local 80" | grep -q 'pod ip'; }
+until_ok 30 by_name
+echo "nameserver $dns_ip (a ClusterIP) -> $host_ip:$dns_port"
+echo "echo hi | nc -w 2 -4 web-ds.default.svc.clusterset.local 80 -> $(ip netns exec "$node" sh -c \
+    "echo hi | nc -w 2 -4 web-ds.default.svc.clusterset.local 80")"
+echo "echo hi | nc -w 2 -6 web-ds.default.svc.clusterset.local 80 -> $(ip netns exec "$node" sh -c \
+    "echo hi | nc -w 2 -6 web-ds.default.svc.clusterset.local 80")"
 
 step "done: kube-proxy routed the ClusterIPs, TCP and UDP, both families"
 { ip netns exec "$node" nft list table ip kube-proxy
