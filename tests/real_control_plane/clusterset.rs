@@ -317,7 +317,7 @@ impl Clusterset {
         Ok(())
     }
 
-    /// config/kubernetes (`kubectl apply -k`), the admission policy, the
+    /// config/kubernetes (`kubectl apply -k`), the admission policies, the
     /// member's CRD variant, and its two kubeconfigs made of ServiceAccount
     /// tokens: its own (TokenRequest, as a Pod gets it) and the broker's
     /// (the token Secret the broker's token controller fills).
@@ -335,16 +335,10 @@ impl Clusterset {
                     &repo("config/kubernetes").display().to_string(),
                 ],
             )?;
-            kubectl(
-                plane,
-                &[
-                    "apply",
-                    "-f",
-                    &repo("config/kubernetes/endpointslice-policy.yaml")
-                        .display()
-                        .to_string(),
-                ],
-            )?;
+            for policy in ["endpointslice-policy.yaml", "derived-service-policy.yaml"] {
+                let path = repo(&format!("config/kubernetes/{policy}"));
+                kubectl(plane, &["apply", "-f", &path.display().to_string()])?;
+            }
         }
         if member.crds == Crds::Upstream {
             let upstream = run(&bin_dir().join("mcs-api-crds"), &[])?;
