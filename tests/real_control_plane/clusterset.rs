@@ -183,7 +183,8 @@ const MEMBERS: [(&str, &str, PodNetwork, Crds); 3] = [
     ),
 ];
 
-fn repo(path: &str) -> PathBuf {
+/// A file of the repository.
+pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::clusterset::{
     BROKER_NAMESPACE, CONVERGE, Clusterset, DNS_NAMESPACE, Member, eventually, kubectl, kubectl_as,
-    member_client,
+    member_client, repo,
 };
 use crate::workloads::{imports, namespace};
 
@@ -298,6 +298,28 @@ fn derived(name: &str, owner: &str) -> Value {
     })
 }
 
+/// The uid of the ServiceImport `web` in the namespace of the policy
+/// scenarios, created if missing: the test's own (no managed-by label, so
+/// the member leaves it alone), real so that the garbage collector does
+/// not remove the derived Services it owns while a scenario runs.
+async fn owner_import(member: &Member) -> Result<String> {
+    namespace(&member.admin, NS).await?;
+    let imports = imports(&member.admin, NS);
+    let import = match imports.get_opt("web").await? {
+        Some(existing) => existing,
+        None => {
+            let import: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "multicluster.x-k8s.io/v1beta1",
+                "kind": "ServiceImport",
+                "metadata": {"name": "web"},
+                "spec": {"type": "ClusterSetIP", "ports": []},
+            }))?;
+            imports.create(&PostParams::default(), &import).await?
+        }
+    };
+    import.metadata.uid.context("a ServiceImport has a uid")
+}
+
 fn service(value: Value) -> Service {
     serde_json::from_value(value).expect("a Service")
 }
@@ -314,22 +336,7 @@ pub async fn the_derived_service_policy_admits_only_derived_services(
     for member in &set.members {
         let id = &member.id;
         type_checks_cleanly(member, "clusterset-dns-derived-services")?;
-        namespace(&member.admin, NS).await?;
-        // The owner: a ServiceImport the test writes (no managed-by label,
-        // so the member leaves it alone), real so that the garbage collector
-        // does not remove the derived Services while the scenario runs.
-        let import: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "multicluster.x-k8s.io/v1beta1",
-            "kind": "ServiceImport",
-            "metadata": {"name": "web"},
-            "spec": {"type": "ClusterSetIP", "ports": []},
-        }))?;
-        let imports = imports(&member.admin, NS);
-        let owner = match imports.get_opt("web").await? {
-            Some(existing) => existing,
-            None => imports.create(&PostParams::default(), &import).await?,
-        };
-        let uid = owner.metadata.uid.clone().unwrap_or_default();
+        let uid = owner_import(member).await?;
         let own: Api<Service> = Api::namespaced(member_client(member).await?, NS);
         let admin: Api<Service> = Api::namespaced(member.admin.clone(), NS);
         let good = derived(DERIVED, &uid);
@@ -492,5 +499,56 @@ pub async fn the_derived_service_policy_admits_only_derived_services(
             .await
             .with_context(|| format!("{id}: a derived Service's deletion is admitted"))?;
     }
+    Ok(())
+}
+
+/// config/kubernetes/servicecidr.yaml, applied by the admin, is served by
+/// the API server (KEP-1880: Ready) and lets the member's ServiceAccount
+/// create a derived Service whose ClusterIPs are pinned to clusterset VIPs
+/// of both families (`--derived-services clusterset`, issue 47): the same
+/// VIP the DNS answers, routed by the member's kube-proxy. The ServiceCIDR is
+/// removed again, as the other scenarios run without it.
+pub async fn the_servicecidr_lets_derived_services_pin_the_vips(
+    set: &mut Clusterset,
+) -> Result<()> {
+    let member = &set.members[0];
+    let id = &member.id;
+    let file = repo("config/kubernetes/servicecidr.yaml")
+        .display()
+        .to_string();
+    kubectl(&member.plane, &["apply", "-f", &file])?;
+    kubectl(
+        &member.plane,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "servicecidr/clusterset-dns-vips",
+            "--timeout=60s",
+        ],
+    )?;
+    let uid = owner_import(member).await?;
+    let vips = ["243.0.0.47", "fd00:c5e7::47"];
+    let pinned = merged(
+        &derived(DERIVED, &uid),
+        &json!({"spec": {
+            "clusterIP": vips[0],
+            "clusterIPs": vips,
+            "ipFamilies": ["IPv4", "IPv6"],
+            "ipFamilyPolicy": "RequireDualStack",
+        }}),
+    );
+    let own: Api<Service> = Api::namespaced(member_client(member).await?, NS);
+    let created = own
+        .create(&PostParams::default(), &service(pinned))
+        .await
+        .with_context(|| format!("{id}: a derived Service pinned to the VIPs {vips:?}"))?;
+    let got = created.spec.and_then(|s| s.cluster_ips).unwrap_or_default();
+    let deleted = own.delete(DERIVED, &Default::default()).await;
+    kubectl(&member.plane, &["delete", "-f", &file, "--wait"])?;
+    ensure!(
+        got == vips,
+        "{id}: the derived Service has the VIPs {vips:?}, not {got:?}"
+    );
+    deleted.with_context(|| format!("{id}: the pinned derived Service deleted"))?;
     Ok(())
 }
