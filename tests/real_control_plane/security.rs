@@ -544,7 +544,7 @@ pub async fn the_servicecidr_lets_derived_services_pin_the_vips(
         .with_context(|| format!("{id}: a derived Service pinned to the VIPs {vips:?}"))?;
     let got = created.spec.and_then(|s| s.cluster_ips).unwrap_or_default();
     let deleted = own.delete(DERIVED, &Default::default()).await;
-    kubectl(&member.plane, &["delete", "-f", &file, "--wait"])?;
+    kubectl(&member.plane, &["delete", "-f", &file, "--timeout=60s"])?;
     ensure!(
         got == vips,
         "{id}: the derived Service has the VIPs {vips:?}, not {got:?}"
