@@ -203,7 +203,8 @@ const MEMBERS: [(&str, &str, PodNetwork, Crds); 3] = [
     ),
 ];
 
-fn repo(path: &str) -> PathBuf {
+/// A file of the repository.
+pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
@@ -338,7 +339,7 @@ impl Clusterset {
         Ok(())
     }
 
-    /// config/kubernetes (`kubectl apply -k`), the admission policy, the
+    /// config/kubernetes (`kubectl apply -k`), the admission policies, the
     /// member's CRD variant, and its two kubeconfigs made of ServiceAccount
     /// tokens: its own (TokenRequest, as a Pod gets it) and the broker's
     /// (the token Secret the broker's token controller fills).
@@ -356,16 +357,10 @@ impl Clusterset {
                     &repo("config/kubernetes").display().to_string(),
                 ],
             )?;
-            kubectl(
-                plane,
-                &[
-                    "apply",
-                    "-f",
-                    &repo("config/kubernetes/endpointslice-policy.yaml")
-                        .display()
-                        .to_string(),
-                ],
-            )?;
+            for policy in ["endpointslice-policy.yaml", "derived-service-policy.yaml"] {
+                let path = repo(&format!("config/kubernetes/{policy}"));
+                kubectl(plane, &["apply", "-f", &path.display().to_string()])?;
+            }
         }
         // What a cluster admin applies for --derived-services clusterset.
         let service_cidr = repo("config/kubernetes/servicecidr.yaml");

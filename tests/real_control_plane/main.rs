@@ -135,6 +135,8 @@ async fn run(filters: &[String]) -> ExitCode {
         conformance::the_upstream_conformance_suite_passes => 1500,
         security::members_use_their_own_service_accounts,
         security::the_endpointslice_policy_admits_only_mcs_slices,
+        security::the_derived_service_policy_admits_only_derived_services,
+        security::the_servicecidr_lets_derived_services_pin_the_vips,
         helm::a_member_and_the_broker_installed_with_the_chart,
         exports::import_lives_while_any_cluster_exports,
         derived::every_member_pins_the_clusterset_vip,
