@@ -67,6 +67,10 @@ const KUBE_PROXY_START: Duration = Duration::from_secs(60);
 /// One member's node.
 struct NodeNs {
     netns: Netns,
+    /// The root namespace's end of its veth, deleted with the data plane:
+    /// a deleted namespace's interfaces go only once the kernel has let go
+    /// of it, later, and the next data plane reuses the name.
+    host_if: String,
     host: (Ipv4Addr, Ipv6Addr),
     cidrs: Vec<IpNet>,
 }
@@ -130,6 +134,7 @@ impl DataPlane {
             }
             nodes.push(NodeNs {
                 netns,
+                host_if,
                 host,
                 cidrs: cidrs[i].clone(),
             });
@@ -161,7 +166,8 @@ impl DataPlane {
         for (i, member) in set.members.iter().enumerate() {
             vip_service_cidr(&member.admin).await?;
             let host = plane.nodes[i].host.0;
-            plane.relays.push(relay(host, member.plane.api).await?);
+            let (relay, port) = relay(host, member.plane.api).await?;
+            plane.relays.push(relay);
             let kubeconfig = plane
                 .dir
                 .join(format!("kube-proxy-{}.kubeconfig", member.id));
@@ -175,10 +181,7 @@ impl DataPlane {
                 &kubeconfig,
                 admin.replace(
                     &server,
-                    &format!(
-                        "server: https://{host}:{}\n    tls-server-name: localhost",
-                        member.plane.api.port()
-                    ),
+                    &format!("server: https://{host}:{port}\n    tls-server-name: localhost"),
                 ),
             )?;
             let cluster_cidr = cidrs[i]
@@ -298,6 +301,9 @@ impl Drop for DataPlane {
     fn drop(&mut self) {
         self.kube_proxies.iter_mut().for_each(Process::kill);
         self.relays.iter().for_each(JoinHandle::abort);
+        for node in &self.nodes {
+            let _ = netns::ip(&["link", "del", &node.host_if]);
+        }
     }
 }
 
@@ -374,13 +380,14 @@ async fn vip_service_cidr(admin: &kube::Client) -> Result<()> {
     Ok(())
 }
 
-/// Passes connections to `host:port` on to the API server's loopback
-/// address, byte for byte (TLS stays end to end).
-async fn relay(host: Ipv4Addr, api: SocketAddr) -> Result<JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind((host, api.port()))
+/// Passes connections to a free port of `host` (returned) on to the API
+/// server's loopback address, byte for byte (TLS stays end to end).
+async fn relay(host: Ipv4Addr, api: SocketAddr) -> Result<(JoinHandle<()>, u16)> {
+    let listener = tokio::net::TcpListener::bind((host, 0))
         .await
         .with_context(|| format!("binding the API server relay on {host}"))?;
-    Ok(tokio::spawn(async move {
+    let port = listener.local_addr()?.port();
+    let task = tokio::spawn(async move {
         // Aborting this task drops the set: every copy stops with it.
         let mut copies = JoinSet::new();
         while let Ok((mut inbound, _)) = listener.accept().await {
@@ -391,7 +398,8 @@ async fn relay(host: Ipv4Addr, api: SocketAddr) -> Result<JoinHandle<()>> {
             });
             while copies.try_join_next().is_some() {}
         }
-    }))
+    });
+    Ok((task, port))
 }
 
 /// kube-proxy, `nft` and `socat` must be here; without them the data

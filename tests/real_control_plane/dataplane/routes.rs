@@ -196,27 +196,18 @@ async fn exercise(
     }
     let exporters: BTreeSet<String> = EXPORTERS.iter().map(|&i| lines[i].clone()).collect();
 
-    let vips = vips(set, ns).await?;
-    for (i, member) in set.members.iter().enumerate() {
-        match mode {
-            // KEP-1645, "ClusterSetIP": one IP used clusterset-wide...
-            "clusterset" => ensure!(
-                vips[i] == vips[0] && in_v4_pool(&vips[i][0]) && in_v6_pool(&vips[i][1]),
-                "{}: answers {:?}, not the pools' VIPs every member answers ({:?})",
+    let vips = vips(set, ns, mode).await?;
+    // KEP-1645, "ClusterSetIP": one IP used clusterset-wide...
+    if mode == "clusterset" {
+        for (i, member) in set.members.iter().enumerate() {
+            ensure!(
+                vips[i] == vips[0],
+                "{} answers {:?}, {} {:?}",
                 member.id,
                 vips[i],
+                set.members[0].id,
                 vips[0]
-            ),
-            // ... or one assigned per cluster: the member's derived Service's.
-            _ => {
-                let derived = derived_cluster_ips(&member.admin, ns).await?;
-                ensure!(
-                    derived == vips[i].to_vec(),
-                    "{}: answers {:?}, its derived Service has {derived:?}",
-                    member.id,
-                    vips[i]
-                );
-            }
+            );
         }
     }
 
@@ -368,26 +359,48 @@ async fn strictly(
     Ok(())
 }
 
-/// Each member's A and AAAA answer for the service, one address each.
-async fn vips(set: &Clusterset, ns: &str) -> Result<Vec<[IpAddr; 2]>> {
+/// Each member's A and AAAA answer for the service, one address each,
+/// once they are what `mode` says: VIPs of the pools (`clusterset`), or
+/// the `clusterIPs` of the member's derived Service (`per-cluster`; the
+/// member answers the VIPs until that Service exists).
+async fn vips(set: &Clusterset, ns: &str, mode: &str) -> Result<Vec<[IpAddr; 2]>> {
     let mut all = Vec::new();
     for member in &set.members {
         let dns = member.dns();
-        let mut pair = Vec::new();
-        for rtype in [RecordType::A, RecordType::AAAA] {
-            pair.push(
-                eventually(
-                    CONVERGE,
-                    &format!("{}: {SERVICE} {rtype}", member.id),
-                    async || match resolve(dns, &fqdn(SERVICE, ns), rtype).await {
-                        Outcome::Ips(ips) if ips.len() == 1 => Ok(ips.into_iter().next()),
-                        other => Err(format!("{other:?}")),
-                    },
-                )
-                .await?,
-            );
-        }
-        all.push([pair[0], pair[1]]);
+        let name = fqdn(SERVICE, ns);
+        let pair = eventually(
+            CONVERGE,
+            &format!("{}: {SERVICE}'s {mode} addresses", member.id),
+            async || {
+                let (a, aaaa) = (
+                    resolve(dns, &name, RecordType::A).await,
+                    resolve(dns, &name, RecordType::AAAA).await,
+                );
+                let pair = match (&a, &aaaa) {
+                    (Outcome::Ips(v4), Outcome::Ips(v6)) if v4.len() == 1 && v6.len() == 1 => {
+                        [*v4.first().expect("one"), *v6.first().expect("one")]
+                    }
+                    _ => return Err(format!("{a:?} {aaaa:?}")),
+                };
+                // KEP-1645, "ClusterSetIP": a single IP used
+                // clusterset-wide, or one assigned per cluster.
+                let expected = if mode == "clusterset" {
+                    in_v4_pool(&pair[0]) && in_v6_pool(&pair[1])
+                } else {
+                    let derived = derived_cluster_ips(&member.admin, ns)
+                        .await
+                        .map_err(|e| format!("{pair:?}; {e:#}"))?;
+                    derived == pair && !in_v4_pool(&pair[0])
+                };
+                if expected {
+                    Ok(Some(pair))
+                } else {
+                    Err(format!("{pair:?}"))
+                }
+            },
+        )
+        .await?;
+        all.push(pair);
     }
     Ok(all)
 }
