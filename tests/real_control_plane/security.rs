@@ -80,7 +80,7 @@ pub async fn members_use_their_own_service_accounts(set: &mut Clusterset) -> Res
             // narrows this grant; issue 47 item 3), never patched.
             (false, "delete services -n any", "yes"),
             (false, "patch services -n any", "no"),
-            (false, "update services/status -n any", "no"),
+            (false, "update services -n any --subresource=status", "no"),
             (false, "get secrets -n clusterset-dns", "no"),
             (true, "create configmaps -n clusterset-broker", "yes"),
             (true, "list configmaps -n clusterset-broker", "yes"),
@@ -155,20 +155,29 @@ fn merged(target: &Value, patch: &Value) -> Value {
 /// The ValidatingAdmissionPolicy `name` of `member` compiled with no
 /// type-check warning: each CEL expression is checked against the schema
 /// of what it matches, so a misspelt field is a warning, not a rule that
-/// silently never holds.
-fn type_checks_cleanly(member: &Member, name: &str) -> Result<()> {
+/// silently never holds. The API server reports it in
+/// `status.typeChecking` a while after the policy is created.
+async fn type_checks_cleanly(member: &Member, name: &str) -> Result<()> {
     let id = &member.id;
-    let policy = kubectl(
-        &member.plane,
-        &["get", "validatingadmissionpolicy", name, "-o", "json"],
-    )?;
-    let policy: Value = serde_json::from_str(&policy)?;
-    let checking = &policy["status"]["typeChecking"];
-    ensure!(
-        checking.is_object(),
-        "{id}: {name} has not been type-checked yet: {}",
-        policy["status"]
-    );
+    let checking = eventually(
+        CONVERGE,
+        &format!("{id}: {name} type-checked"),
+        async || {
+            let policy = kubectl(
+                &member.plane,
+                &["get", "validatingadmissionpolicy", name, "-o", "json"],
+            )
+            .map_err(|e| e.to_string())?;
+            let policy: Value = serde_json::from_str(&policy).map_err(|e| e.to_string())?;
+            let checking = &policy["status"]["typeChecking"];
+            if checking.is_object() {
+                Ok(Some(checking.clone()))
+            } else {
+                Err(format!("status {}", policy["status"]))
+            }
+        },
+    )
+    .await?;
     let warnings = &checking["expressionWarnings"];
     ensure!(
         warnings.is_null() || warnings.as_array().is_some_and(Vec::is_empty),
@@ -229,7 +238,7 @@ async fn refused<T>(
 pub async fn the_endpointslice_policy_admits_only_mcs_slices(set: &mut Clusterset) -> Result<()> {
     for member in &set.members {
         let id = &member.id;
-        type_checks_cleanly(member, "clusterset-dns-mcs-endpointslices")?;
+        type_checks_cleanly(member, "clusterset-dns-mcs-endpointslices").await?;
         namespace(&member.admin, NS).await?;
         let own = member_client(member).await?;
         let slices: Api<EndpointSlice> = Api::namespaced(own, NS);
@@ -335,7 +344,7 @@ pub async fn the_derived_service_policy_admits_only_derived_services(
 ) -> Result<()> {
     for member in &set.members {
         let id = &member.id;
-        type_checks_cleanly(member, "clusterset-dns-derived-services")?;
+        type_checks_cleanly(member, "clusterset-dns-derived-services").await?;
         let uid = owner_import(member).await?;
         let own: Api<Service> = Api::namespaced(member_client(member).await?, NS);
         let admin: Api<Service> = Api::namespaced(member.admin.clone(), NS);
