@@ -157,7 +157,7 @@ fn merged(target: &Value, patch: &Value) -> Value {
 /// of what it matches, so a misspelt field is a warning, not a rule that
 /// silently never holds. The API server reports it in
 /// `status.typeChecking` a while after the policy is created.
-async fn type_checks_cleanly(member: &Member, name: &str) -> Result<()> {
+pub async fn type_checks_cleanly(member: &Member, name: &str) -> Result<()> {
     let id = &member.id;
     let checking = eventually(
         CONVERGE,
