@@ -492,9 +492,15 @@ pub async fn the_derived_service_policy_admits_only_derived_services(
         .await
         .with_context(|| format!("{id}: a change of a derived Service is admitted"))?;
         let slices: Api<EndpointSlice> = Api::namespaced(member_client(member).await?, NS);
+        // Without endpointslice.kubernetes.io/managed-by, so that the
+        // member's leader, which deletes unwanted slices carrying it, leaves
+        // this one to the test.
         let its = slice(
             "derived-web",
-            mcs_labels(json!({"kubernetes.io/service-name": DERIVED})),
+            mcs_labels(json!({
+                "kubernetes.io/service-name": DERIVED,
+                "endpointslice.kubernetes.io/managed-by": null,
+            })),
         );
         slices
             .create(&PostParams::default(), &its)
