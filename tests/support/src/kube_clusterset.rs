@@ -328,7 +328,10 @@ impl KubeClusterset {
                 );
                 // A Service's own label only for a derived Service (issue 47).
                 let service = labels.get("kubernetes.io/service-name");
-                assert!(service.is_none_or(|s| s.starts_with("derived-")), "{service:?}");
+                assert!(
+                    service.is_none_or(|s| s.starts_with("derived-")),
+                    "{service:?}"
+                );
                 let source = labels
                     .get("multicluster.kubernetes.io/source-cluster")?
                     .clone();
