@@ -382,9 +382,8 @@ impl ControlPlane {
                 // with its own ServiceAccount credentials, as in a cluster.
                 // service-cidr-controller makes an added ServiceCIDR Ready
                 // (and deletable), which pinning a derived Service to the
-                // VIPs needs (KEP-1880); the admission policies' status
-                // controller type-checks their CEL into status.typeChecking,
-                // which the policy scenarios read (KEP-3488).
+                // VIPs needs (KEP-1880); the policy status controller
+                // type-checks the admission policies (`security.rs`).
                 "--controllers=garbagecollector,namespace,endpointslice,\
                  endpointslicemirroring,serviceaccount,serviceaccount-token,\
                  deployment,replicaset,statefulset,service-cidr-controller,\

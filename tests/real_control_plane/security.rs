@@ -155,28 +155,23 @@ fn merged(target: &Value, patch: &Value) -> Value {
 /// The ValidatingAdmissionPolicy `name` of `member` compiled with no
 /// type-check warning: each CEL expression is checked against the schema
 /// of what it matches, so a misspelt field is a warning, not a rule that
-/// silently never holds. The API server reports it in
-/// `status.typeChecking` a while after the policy is created.
+/// silently never holds. kube-controller-manager's policy status
+/// controller writes it to `status.typeChecking` a moment after the policy
+/// is created.
 pub async fn type_checks_cleanly(member: &Member, name: &str) -> Result<()> {
     let id = &member.id;
-    let checking = eventually(
-        CONVERGE,
-        &format!("{id}: {name} type-checked"),
-        async || {
-            let policy = kubectl(
-                &member.plane,
-                &["get", "validatingadmissionpolicy", name, "-o", "json"],
-            )
-            .map_err(|e| e.to_string())?;
-            let policy: Value = serde_json::from_str(&policy).map_err(|e| e.to_string())?;
-            let checking = &policy["status"]["typeChecking"];
-            if checking.is_object() {
-                Ok(Some(checking.clone()))
-            } else {
-                Err(format!("status {}", policy["status"]))
-            }
-        },
-    )
+    let what = format!("{id}: {name} type-checked");
+    let checking = eventually(CONVERGE, &what, async || {
+        let args = ["get", "validatingadmissionpolicy", name, "-o", "json"];
+        let policy = kubectl(&member.plane, &args).map_err(|e| e.to_string())?;
+        let policy: Value = serde_json::from_str(&policy).map_err(|e| e.to_string())?;
+        let checking = &policy["status"]["typeChecking"];
+        if checking.is_object() {
+            Ok(Some(checking.clone()))
+        } else {
+            Err(format!("not yet: {}", policy["status"]))
+        }
+    })
     .await?;
     let warnings = &checking["expressionWarnings"];
     ensure!(
@@ -521,8 +516,9 @@ pub async fn the_derived_service_policy_admits_only_derived_services(
 /// the API server (KEP-1880: Ready) and lets the member's ServiceAccount
 /// create a derived Service whose ClusterIPs are pinned to clusterset VIPs
 /// of both families (`--derived-services clusterset`, issue 47): the same
-/// VIP the DNS answers, routed by the member's kube-proxy. The ServiceCIDR is
-/// removed again, as the other scenarios run without it.
+/// VIP the DNS answers, routed by the member's kube-proxy. Every member of
+/// the harness has it (`clusterset.rs`, `deploy_member`): applying it again
+/// changes nothing, and it stays for the other scenarios.
 pub async fn the_servicecidr_lets_derived_services_pin_the_vips(
     set: &mut Clusterset,
 ) -> Result<()> {
@@ -559,7 +555,6 @@ pub async fn the_servicecidr_lets_derived_services_pin_the_vips(
         .with_context(|| format!("{id}: a derived Service pinned to the VIPs {vips:?}"))?;
     let got = created.spec.and_then(|s| s.cluster_ips).unwrap_or_default();
     let deleted = own.delete(DERIVED, &Default::default()).await;
-    kubectl(&member.plane, &["delete", "-f", &file, "--timeout=60s"])?;
     ensure!(
         got == vips,
         "{id}: the derived Service has the VIPs {vips:?}, not {got:?}"
