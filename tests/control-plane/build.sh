@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real components the tests run, from the Go modules pinned in
-# tests/control-plane/go.mod (Kubernetes, etcd, mcs-api), tests/kwok/go.mod
+# tests/control-plane/go.mod (Kubernetes with kube-proxy for the data-plane
+# tests, etcd, mcs-api), tests/kwok/go.mod
 # (kwok, the kubelet stand-in) and tests/coredns/go.mod (CoreDNS), into
 # target/control-plane/ (or $CONTROL_PLANE_BIN); and the upstream MCS
 # conformance suite, unmodified, from the copy in the `shared/` folder beside
@@ -18,6 +19,7 @@ cd "$root/tests/control-plane"
 go build -o "$out/" ./etcd ./mcs-api-crds \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubectl
 cd "$root/tests/kwok"
