@@ -10,11 +10,13 @@ use std::path::PathBuf;
 pub mod config_file;
 pub(crate) mod mode_flags;
 
+use clap::builder::TypedValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use hickory_proto::rr::Name;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::index::ReverseZone;
+use crate::model::derived::DerivedServices;
 use crate::model::trust::{parse_cluster_cidr, parse_cluster_namespace};
 use crate::model::{ClusterId, IpFamily};
 
@@ -335,6 +337,16 @@ pub struct KubernetesArgs {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
           default_value_t = true, default_missing_value = "true", value_name = "BOOL")]
     pub pod_ips: bool,
+    /// Make each ClusterSetIP import's VIP route through the member's own
+    /// kube-proxy: `none`, `per-cluster` (a derived Service with a ClusterIP
+    /// of this cluster's range, which this member then answers) or
+    /// `clusterset` (the derived Service pinned to the clusterset VIPs, which
+    /// needs a ServiceCIDR holding the VIP pools; see the README, "Working
+    /// connections").
+    #[arg(long, default_value = "none", value_name = "MODE",
+          value_parser = clap::builder::PossibleValuesParser::new(DerivedServices::VALUES)
+              .map(|s| s.parse::<DerivedServices>().expect("one of VALUES")))]
+    pub derived_services: DerivedServices,
     /// `CLUSTER=NAMESPACE`: a cluster listed here may export only from the
     /// namespaces listed for it; its records for others are refused, and in
     /// its own cluster such an export is `Valid=False` (`NamespaceNotAllowed`).

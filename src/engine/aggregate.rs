@@ -31,6 +31,9 @@ pub struct ClusterInputs {
     pub slices: LiteMap<Box<str>, Arc<SliceInfo>>,
     /// When the broker first saw its export (Kubernetes mode), if it has.
     pub seen: Option<i64>,
+    /// The ClusterIPs of the local cluster's derived Service, if it has one
+    /// (Kubernetes mode with derived Services): what the name answers.
+    pub derived: Option<Ips>,
 }
 
 impl ClusterInputs {
@@ -40,6 +43,7 @@ impl ClusterInputs {
             && self.service.is_none()
             && self.slices.is_empty()
             && self.seen.is_none()
+            && self.derived.is_none()
     }
 
     /// The age its export has in conflict resolution: what its ServiceExport

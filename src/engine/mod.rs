@@ -476,7 +476,7 @@ impl Engine {
                 }
                 let entry = clusters.get_mut(&cluster).expect("inserted above");
                 let old = match object.reference() {
-                    ObjectRef::Export | ObjectRef::Seen => None,
+                    ObjectRef::Export | ObjectRef::Seen | ObjectRef::Derived => None,
                     _ => Some(addresses(entry, &object.reference())),
                 };
                 match object {
@@ -486,6 +486,7 @@ impl Engine {
                         entry.slices.insert(name, s);
                     }
                     Object::Seen(at) => entry.seen = Some(at),
+                    Object::Derived(ips) => entry.derived = Some(ips),
                 }
                 if let Some(old) = old {
                     let new = addresses(entry, &old.0);
@@ -525,6 +526,7 @@ impl Engine {
                         entry.slices.remove(name);
                     }
                     ObjectRef::Seen => entry.seen = None,
+                    ObjectRef::Derived => entry.derived = None,
                 }
                 if entry.is_empty() {
                     clusters.remove(&cluster);
@@ -656,7 +658,9 @@ impl Engine {
                         .into_iter()
                         .collect();
                 }
-                import.addresses = served_addresses(import, self.local_cluster.as_ref());
+                let local = self.local_cluster.as_ref();
+                let derived = local.and_then(|l| self.inputs.get(key)?.get(l)?.derived.as_ref());
+                import.addresses = served_addresses(import, local, derived);
             }
             _ if allocate => self.vips.release(key),
             _ => {}
@@ -936,10 +940,21 @@ fn close_cluster(import: &Import, local: Option<&ClusterId>) -> Option<usize> {
         .position(|c| &c.cluster == local && c.endpoints.iter().any(|e| import.serves(&e.address)))
 }
 
-/// What a ClusterSetIP import's name resolves to: its local VIPs, or without
-/// VIPs every exporting cluster's ClusterIPs in the local families, the local
-/// cluster's first.
-fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Ips {
+/// What a ClusterSetIP import's name resolves to: the ClusterIPs of the
+/// local cluster's derived Service where it has one (`derived`: what routes
+/// there, ARCHITECTURE.md, "Derived Services"), else its local VIPs, or
+/// without VIPs every exporting cluster's ClusterIPs in the local families,
+/// the local cluster's first.
+fn served_addresses(import: &Import, local: Option<&ClusterId>, derived: Option<&Ips>) -> Ips {
+    let derived: Ips = derived
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|ip| import.serves(ip))
+        .collect();
+    if !derived.is_empty() {
+        return derived;
+    }
     if import.clusterset_ip {
         return import.local_vips().collect();
     }
@@ -957,7 +972,9 @@ fn served_addresses(import: &Import, local: Option<&ClusterId>) -> Ips {
 /// The addresses an object of `entry` holds (Service cluster IPs or slice endpoints).
 fn addresses(entry: &ClusterInputs, reference: &ObjectRef) -> (ObjectRef, Vec<IpAddr>) {
     let ips = match reference {
-        ObjectRef::Export | ObjectRef::Seen => Vec::new(),
+        // A derived Service's ClusterIPs are VIPs (or ClusterIPs of this
+        // cluster's range), not addresses a cluster uses of the pools.
+        ObjectRef::Export | ObjectRef::Seen | ObjectRef::Derived => Vec::new(),
         ObjectRef::Service => entry
             .service
             .as_ref()

@@ -128,6 +128,10 @@ pub(crate) mod reason {
     /// ServiceImport `Ready=True` without clusterset VIPs: its namespace
     /// holds `--max-vips-per-namespace` of them already.
     pub(crate) const VIP_LIMIT_REACHED: &str = "VIPLimitReached";
+    /// ServiceImport `Ready=True` whose derived Service holds a ClusterIP of
+    /// the member's range: the API server refused it the clusterset VIPs
+    /// (`--derived-services clusterset`; ARCHITECTURE.md, "Derived Services").
+    pub(crate) const VIP_NOT_PINNED: &str = "VIPNotPinned";
     /// ServiceExport `Ready=True`: the export is in the import (pushed to the broker).
     pub(crate) const EXPORTED: &str = "Exported";
     /// ServiceExport `Ready=False` while it cannot take effect yet (no
@@ -160,8 +164,9 @@ pub(crate) enum On {
 /// by commas. The engine's tests check that it writes nothing else (so it
 /// is compiled for tests only).
 #[cfg(test)]
-pub(crate) const WRITTEN: [(On, &str, bool, &str); 15] = [
+pub(crate) const WRITTEN: [(On, &str, bool, &str); 16] = [
     (On::ServiceExport, VALID, true, reason::VALID),
+    (On::ServiceImport, READY, true, reason::VIP_NOT_PINNED),
     (On::ServiceExport, VALID, false, reason::NAMESPACE_PROTECTED),
     (
         On::ServiceExport,
@@ -289,8 +294,10 @@ mod tests {
 
     /// Likewise the refusals and limits of issue 46: a protected
     /// namespace's export (Lighthouse refuses them too, under a reason of
-    /// its own), one outside the cluster's allow-list, one past a cap.
-    const OWN_REASONS: [&str; 5] = [
+    /// its own), one outside the cluster's allow-list, one past a cap; and
+    /// a derived Service refused the clusterset VIPs (issue 47).
+    const OWN_REASONS: [&str; 6] = [
+        reason::VIP_NOT_PINNED,
         reason::NAMESPACE_PROTECTED,
         reason::NAMESPACE_NOT_ALLOWED,
         reason::EXPORT_LIMIT_REACHED,

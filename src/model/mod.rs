@@ -5,6 +5,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod conditions;
+pub mod derived;
 pub(crate) mod import;
 pub(crate) mod intern;
 pub(crate) mod limits;
@@ -421,6 +422,10 @@ pub enum Object {
     /// epoch: the export is no older than this (ARCHITECTURE.md, "Trust
     /// between clusters": the oldest export).
     Seen(i64),
+    /// The ClusterIPs of the local cluster's derived Service of the
+    /// service (Kubernetes mode with `--derived-services`): what its name
+    /// answers there (ARCHITECTURE.md, "Derived Services").
+    Derived(Ips),
 }
 
 /// Which object a [`Change::Delete`] removes.
@@ -434,6 +439,8 @@ pub enum ObjectRef {
     Slice(Box<str>),
     /// When the broker first saw the export.
     Seen,
+    /// The derived Service.
+    Derived,
 }
 
 impl Object {
@@ -444,6 +451,7 @@ impl Object {
             Object::Service(_) => ObjectRef::Service,
             Object::Slice(name, _) => ObjectRef::Slice(name.clone()),
             Object::Seen(_) => ObjectRef::Seen,
+            Object::Derived(_) => ObjectRef::Derived,
         }
     }
 }

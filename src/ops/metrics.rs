@@ -44,6 +44,7 @@ pub struct Metrics {
     watch_not_served: IntGaugeVec,
     api_writes: IntCounterVec,
     leader: IntGauge,
+    derived_not_pinned: IntGauge,
     cluster_live: IntGaugeVec,
 }
 
@@ -211,6 +212,13 @@ impl Metrics {
                     "1 while this replica holds the leader Lease (and writes), else 0.",
                 )),
             ),
+            derived_not_pinned: register(
+                &registry,
+                IntGauge::with_opts(opts(
+                    "derived_services_not_pinned",
+                    "Derived Services the API server refused the clusterset VIPs (--derived-services clusterset): their imports answer a ClusterIP of this cluster instead.",
+                )),
+            ),
             cluster_live: register(
                 &registry,
                 IntGaugeVec::new(
@@ -305,6 +313,11 @@ impl Metrics {
     /// Counts a write to an API server.
     pub fn api_write(&self, kind: &str, result: &str) {
         self.api_writes.with_label_values(&[kind, result]).inc();
+    }
+
+    /// Records how many derived Services hold no clusterset VIPs.
+    pub fn set_derived_not_pinned(&self, count: usize) {
+        self.derived_not_pinned.set(gauge(count));
     }
 
     /// Records whether this replica leads.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
@@ -250,6 +250,13 @@ impl Controller {
             "written/endpointslices",
             caches.local_slices.clone(),
         );
+        self.written::<Service>(
+            Place::fixed(Api::all(self.connection.local.clone())),
+            records::MANAGED_SELECTOR,
+            &not_broker,
+            "written/services",
+            caches.local_services.clone(),
+        );
         self.written::<ConfigMap>(
             Place::fixed(Api::namespaced(
                 self.connection.broker.clone(),
@@ -412,6 +419,7 @@ impl Controller {
             broker_namespace: self.args.broker_namespace.clone(),
             clusterset_ip: self.clusterset_ip,
             pod_ips: self.args.pod_ips,
+            derived: self.args.derived_services,
         };
         let writer = Arc::new(Writer::new(
             settings,
@@ -539,5 +547,6 @@ fn every_service(pipeline: &Mutex<Pipeline>, caches: &Caches) -> Vec<ServiceKey>
     keys.extend(caches.broker_slices.services());
     keys.extend(caches.local_imports.services());
     keys.extend(caches.local_slices.services());
+    keys.extend(caches.local_services.services());
     keys.into_iter().collect()
 }

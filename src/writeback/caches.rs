@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
 use kube::runtime::reflector::Store;
@@ -32,6 +32,8 @@ pub(crate) struct Caches {
     pub local_imports: Arc<SeenStore<ServiceImport, WrittenImport>>,
     /// The EndpointSlices this controller wrote in the local cluster.
     pub local_slices: Arc<SeenStore<EndpointSlice, Matched>>,
+    /// The derived Services this controller wrote in the local cluster.
+    pub local_services: Arc<SeenStore<Service, DerivedKept>>,
     /// The local cluster's ServiceExports, with their conditions' types,
     /// statuses and transition times (reasons and messages are in the digest).
     pub local_exports: Arc<SeenStore<ServiceExport, Box<[Transition]>>>,
@@ -55,6 +57,33 @@ impl KeptRecord {
     /// Whether it is a VIP record listing `ip`.
     pub(crate) fn lists(&self, ip: &IpAddr) -> bool {
         matches!(self, KeptRecord::Vips(vips) if vips.contains(ip))
+    }
+}
+
+/// What the writer reads of a derived Service it wrote, besides its version.
+#[derive(Debug)]
+pub(crate) struct DerivedKept {
+    /// Its ClusterIPs.
+    pub ips: Box<[IpAddr]>,
+    /// Why it holds no clusterset VIPs, if the API server refused them
+    /// (`records::ANNOTATION_NOT_PINNED`).
+    pub not_pinned: Option<Box<str>>,
+}
+
+impl DerivedKept {
+    fn of(service: &Service) -> Self {
+        let spec = service.spec.as_ref();
+        let ips = spec
+            .and_then(|s| s.cluster_ips.as_ref())
+            .into_iter()
+            .flatten();
+        let annotations = service.metadata.annotations.as_ref();
+        Self {
+            ips: ips.filter_map(|ip| ip.parse().ok()).collect(),
+            not_pinned: annotations
+                .and_then(|a| a.get(records::ANNOTATION_NOT_PINNED))
+                .map(|why| why.as_str().into()),
+        }
     }
 }
 
@@ -133,6 +162,11 @@ impl Caches {
                 extract: Box::new(|_| Some(Matched::default())),
                 service: |slice| labelled(&slice.metadata),
                 by_name: true,
+            })),
+            local_services: Arc::new(SeenStore::new(Keep {
+                extract: Box::new(|service: &Service| Some(DerivedKept::of(service))),
+                service: |service| labelled(&service.metadata),
+                by_name: false,
             })),
             local_exports: Arc::new(SeenStore::new(Keep {
                 extract: Box::new(|export: &ServiceExport| {

@@ -5,6 +5,7 @@
 
 pub(crate) mod api;
 pub(crate) mod caches;
+pub(crate) mod derived;
 pub(crate) mod heartbeat;
 pub mod lease;
 pub(crate) mod observed;

@@ -19,11 +19,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition as K8sCondition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition as K8sCondition, ObjectMeta, OwnerReference, Time,
+};
 use kube::runtime::reflector::ObjectRef;
 
-use super::caches::{Caches, KeptRecord, Transition};
+use super::caches::{Caches, DerivedKept, KeptRecord, Transition};
+use super::derived::{self, Desired};
 use super::seen::SeenStore;
 use super::slices::{self, Matched};
 use super::version::{Owned, Version, conditions_digest, status_digest};
@@ -32,7 +36,8 @@ use crate::engine::{ClusterInputs, Engine, PerCluster};
 use crate::k8s::crd::ServiceImportStatus;
 use crate::k8s::crd::{ClusterStatus, McsVersion, ServiceImport, ServiceImportSpec};
 use crate::k8s::records::{self, LABEL_MANAGED_BY, MANAGER, SwitchDefaults};
-use crate::model::conditions::{Condition, VALID};
+use crate::model::conditions::{Condition, READY, VALID, reason};
+use crate::model::derived::DerivedServices;
 use crate::model::import::{Aggregate, Import};
 use crate::model::{
     ClusterId, ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey, ServiceKind, SliceInfo,
@@ -57,6 +62,8 @@ pub(crate) struct WriterSettings {
     pub clusterset_ip: bool,
     /// Global default of the pod-IP switch.
     pub pod_ips: bool,
+    /// Whether, and how, imports get derived Services.
+    pub derived: DerivedServices,
 }
 
 /// What the engine knows of one service, copied out of its lock.
@@ -217,6 +224,10 @@ pub(crate) struct Local {
     pub uid: Option<String>,
     /// A new ServiceImport status (`None`: unchanged, or no import).
     pub status: Option<ServiceImportStatus>,
+    /// The derived Service, owned by the ServiceImport.
+    pub derived: Option<Write<Service>>,
+    /// Whether the derived Service holds no clusterset VIPs (refused them).
+    pub not_pinned: bool,
     /// The MCS EndpointSlices, owned by the ServiceImport.
     pub slices: Vec<Write<EndpointSlice>>,
     /// New conditions of this cluster's ServiceExport (`None`: unchanged).
@@ -250,7 +261,10 @@ pub(crate) fn plan(view: &View<'_>, key: &ServiceKey) -> Plan {
     let caches = view.caches;
     let local = if matches!(publish.vips, Vips::Claim { .. }) {
         Err(Later::Claiming)
-    } else if !(caches.local_imports.listed() && caches.local_slices.listed()) {
+    } else if !(caches.local_imports.listed()
+        && caches.local_slices.listed()
+        && caches.local_services.listed())
+    {
         Err(Later::Unlisted)
     } else {
         Ok(local(view, key))
@@ -411,10 +425,28 @@ fn local(view: &View<'_>, key: &ServiceKey) -> Local {
         .is_some_and(|ns| ns.metadata.deletion_timestamp.is_none());
     let import = view.snapshot.import().filter(|_| namespace_exists);
     let written = view.caches.local_imports.get(key.namespace(), key.name());
-    let desired = import.map(|import| local_import(view.at.local_imports, key, import));
     let actual = written.as_ref().map(|w| w.version.clone());
     let uid = written.as_ref().and_then(|w| w.extract.uid.as_ref());
     let uid = uid.map(|uid| uid.text());
+    // An import not written yet has no uid: its objects are planned with an
+    // empty one, which the writer replaces with the uid the import's write
+    // answers.
+    let owner = import.map(|_| {
+        let uid = uid.clone().unwrap_or_default();
+        slices::import_owner(view.at.local_imports, key, uid)
+    });
+    let derived_name = records::derived_service_name(key);
+    let kept = view
+        .caches
+        .local_services
+        .get(key.namespace(), &derived_name);
+    let kept_derived = kept.as_ref().map(|k| &k.extract);
+    let mode = view.settings.derived;
+    let derived = derived::desired(mode, key, import, kept_derived, owner.as_ref());
+    let derived_shown = (mode != DerivedServices::Off && derived != Desired::Absent)
+        .then_some((derived_name.as_str(), kept_derived));
+    let desired =
+        import.map(|import| local_import(view.at.local_imports, key, import, derived_shown));
     let status = import.and_then(|import| {
         let old = written.as_ref().map(|w| &w.extract);
         let status = ServiceImportStatus {
@@ -426,7 +458,7 @@ fn local(view: &View<'_>, key: &ServiceKey) -> Local {
                 })
                 .collect(),
             conditions: conditions(
-                std::slice::from_ref(&*import.ready),
+                std::slice::from_ref(&ready(import, derived_shown)),
                 old.map(|o| &*o.transitions).unwrap_or_default(),
                 view.wall,
             ),
@@ -439,40 +471,50 @@ fn local(view: &View<'_>, key: &ServiceKey) -> Local {
         old.is_none_or(|o| status_digest(&compared) != o.status)
             .then_some(status)
     });
-    let slices = member_slices(view, key, import, uid.as_deref());
+    let labelled = derived_shown.map(|(name, _)| name);
+    let slices = member_slices(view, key, import, owner.as_ref(), labelled);
+    let not_pinned = derived_shown.is_some_and(|(_, k)| k.is_some_and(|k| k.not_pinned.is_some()));
+    let actual_derived = kept.map(|k| k.version.clone());
+    let derived = match derived {
+        Desired::Absent | Desired::Replace => {
+            Write::between(derived_name.clone(), None, actual_derived)
+        }
+        Desired::Unchanged => None,
+        Desired::Present(service) => {
+            Write::between(derived_name.clone(), Some(*service), actual_derived)
+        }
+    };
     Local {
         import: Write::between(key.name().to_string(), desired, actual),
         uid,
         status,
+        derived,
+        not_pinned,
         slices,
         export: export_conditions(view, key),
     }
 }
 
 /// The member's MCS EndpointSlices: every exporting cluster's, this one
-/// included, owned by the ServiceImport whose `uid` is given (an import not
-/// written yet has none: its slices are planned with an empty one, which
-/// the writer replaces with the uid the import's write answers).
+/// included, owned by the ServiceImport (`owner`), and labelled with the
+/// derived Service's name where there is one (`derived`).
 fn member_slices(
     view: &View<'_>,
     key: &ServiceKey,
     import: Option<&Import>,
-    uid: Option<&str>,
+    owner: Option<&OwnerReference>,
+    derived: Option<&str>,
 ) -> Vec<Write<EndpointSlice>> {
     let own = published(view);
-    let owner = import.map(|_| {
-        let uid = uid.unwrap_or_default().to_owned();
-        slices::import_owner(view.at.local_imports, key, uid)
-    });
     let mut desired = Vec::new();
-    if let (Some(import), Some(owner)) = (import, &owner) {
+    if let (Some(import), Some(owner)) = (import, owner) {
         for cluster in &import.clusters {
             if cluster.cluster == view.settings.cluster {
                 let sources = own.iter().map(|(n, s)| (n.as_str(), s));
-                desired.extend(slices::member_plans(key, cluster, sources, owner));
+                desired.extend(slices::member_plans(key, cluster, sources, owner, derived));
             } else if let Some(inputs) = view.snapshot.inputs.get(&cluster.cluster) {
                 let sources = inputs.slices.iter().map(|(n, s)| (&**n, s));
-                desired.extend(slices::member_plans(key, cluster, sources, owner));
+                desired.extend(slices::member_plans(key, cluster, sources, owner, derived));
             }
         }
     }
@@ -531,8 +573,16 @@ fn export_conditions(view: &View<'_>, key: &ServiceKey) -> Option<Vec<K8sConditi
 }
 
 /// The member cluster's ServiceImport for an import: families and VIPs
-/// limited to what the local cluster supports.
-fn local_import(version: McsVersion, key: &ServiceKey, import: &Import) -> ServiceImport {
+/// limited to what the local cluster supports; with a derived Service
+/// (`derived`: its name, and what was written of it), the ClusterIPs it
+/// holds, which are what this member answers (ARCHITECTURE.md, "Derived
+/// Services").
+fn local_import(
+    version: McsVersion,
+    key: &ServiceKey,
+    import: &Import,
+    derived: Option<(&str, Option<&DerivedKept>)>,
+) -> ServiceImport {
     let mut labels = import.exported.labels.clone();
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER.into());
     let mut annotations = import.exported.annotations.clone();
@@ -540,6 +590,14 @@ fn local_import(version: McsVersion, key: &ServiceKey, import: &Import) -> Servi
         records::ANNOTATION_CLUSTER_PORTS.into(),
         records::build::cluster_ports(import),
     );
+    let derived_ips = derived.and_then(|(_, kept)| kept).map(|k| &k.ips[..]);
+    let ips: Vec<String> = match derived_ips.filter(|ips| !ips.is_empty()) {
+        Some(ips) => ips.iter().map(ToString::to_string).collect(),
+        None => import.local_vips().map(|ip| ip.to_string()).collect(),
+    };
+    if let Some((name, _)) = derived {
+        annotations.insert(records::ANNOTATION_DERIVED_SERVICE.into(), name.into());
+    }
     let metadata = ObjectMeta {
         name: Some(key.name().to_string()),
         namespace: Some(key.namespace().to_string()),
@@ -552,7 +610,7 @@ fn local_import(version: McsVersion, key: &ServiceKey, import: &Import) -> Servi
         metadata,
         ServiceImportSpec {
             ports: import.ports.to_vec(),
-            ips: import.local_vips().map(|ip| ip.to_string()).collect(),
+            ips,
             type_: import.type_.as_str().to_owned(),
             session_affinity: Some(import.service.session_affinity.to_string()),
             session_affinity_config: import.service.session_affinity_config.clone(),
@@ -565,6 +623,23 @@ fn local_import(version: McsVersion, key: &ServiceKey, import: &Import) -> Servi
             traffic_distribution: import.service.traffic_distribution.clone(),
         },
     )
+}
+
+/// The import's `Ready` condition in this member: the engine's, but where
+/// the derived Service was refused the clusterset VIPs, that this member
+/// answers a ClusterIP of its own instead.
+fn ready(import: &Import, derived: Option<(&str, Option<&DerivedKept>)>) -> Condition {
+    let refused =
+        derived.and_then(|(name, kept)| Some((name, kept?, kept?.not_pinned.as_deref()?)));
+    let Some((name, kept, why)) = refused.filter(|_| import.ready.status) else {
+        return (*import.ready).clone();
+    };
+    let ips: Vec<String> = kept.ips.iter().map(ToString::to_string).collect();
+    let message = format!(
+        "derived Service {name} could not take the clusterset VIPs ({why}): this cluster answers its ClusterIP {} instead; delete the Service to try the VIPs again",
+        ips.join(", ")
+    );
+    Condition::new(READY, true, reason::VIP_NOT_PINNED, message)
 }
 
 /// Kubernetes conditions for `new`, keeping the transition time of those
@@ -597,7 +672,7 @@ mod tests {
     use super::*;
     use crate::engine::aggregate::tests::{export, service};
     use crate::engine::{EngineSettings, VipSource};
-    use crate::k8s::crd::{ServiceExport, ServiceExportStatus};
+    use crate::k8s::crd::{LABEL_SERVICE_NAME, ServiceExport, ServiceExportStatus};
     use crate::model::conditions::{CONFLICT, READY};
     use crate::model::port::ServicePort;
     use crate::model::{Change, Endpoint, Object};
@@ -635,6 +710,7 @@ mod tests {
             listed(&*caches.broker_slices, Vec::new());
             listed(&*caches.local_imports, Vec::new());
             listed(&*caches.local_slices, Vec::new());
+            listed(&*caches.local_services, Vec::new());
             listed(&*caches.local_exports, Vec::new());
             listed(&*caches.claims, Vec::new());
             world
@@ -658,6 +734,7 @@ mod tests {
                     broker_namespace: BROKER.into(),
                     clusterset_ip: true,
                     pod_ips: false,
+                    derived: DerivedServices::Off,
                 },
                 waiting_since: None,
                 now: Instant::now(),
@@ -1135,7 +1212,7 @@ mod tests {
         assert_eq!(local.slices.len(), 2, "one slice per exporting cluster");
         for write in local.slices {
             let mut slice = write.desired.unwrap();
-            slices::set_owner_uid(&mut slice, &uid);
+            slices::set_owner_uid(&mut slice.metadata, &uid);
             caches
                 .local_slices
                 .on_event(&Event::Apply(versioned(slice)));
@@ -1232,5 +1309,137 @@ mod tests {
         assert_eq!(at(READY), now, "Ready changed status");
         assert_eq!(at(CONFLICT), now, "an Unknown status is no kept False");
         assert_eq!(out[0].reason, "Valid");
+    }
+
+    /// The derived Service `HERE` writes for `key()` once its import is
+    /// written (uid `import-uid`), and the MCS slices' labels.
+    fn derived_plan(world: &mut World) -> (Option<Write<Service>>, Vec<EndpointSlice>, Local) {
+        let mut import = written_import(&["243.0.0.7"], &[HERE]);
+        import.metadata.uid = Some("import-uid".into());
+        listed(&*world.caches.local_imports, vec![import]);
+        let mut local = world.plan().local.unwrap();
+        let slices = local.slices.drain(..).filter_map(|w| w.desired).collect();
+        (local.derived.take(), slices, local)
+    }
+
+    /// Issue 47 (KEP-1645 "Tracking Endpoints": a data plane load-balances
+    /// the MCS EndpointSlices of an import): with `--derived-services
+    /// clusterset` the derived Service is a selectorless ClusterIP Service
+    /// pinned to the clusterset VIPs, owned by the ServiceImport, with the
+    /// import's ports and families; the slices carry its name as
+    /// `kubernetes.io/service-name`, and the import names it.
+    #[test]
+    fn a_clusterset_derived_service_is_pinned_to_the_vips() {
+        let mut world = World::new(&[IpFamily::IPv4, IpFamily::IPv6]);
+        world.settings.derived = DerivedServices::Clusterset;
+        world.exports(HERE, 1, &["10.0.0.1", "fd00::1"], &[("http", 80)]);
+        world.agreed(&["243.0.0.7", "fd00:c5e7::7"]);
+        let (write, slices, local) = derived_plan(&mut world);
+        let service = write.expect("a derived Service").desired.unwrap();
+        let name = records::derived_service_name(&key());
+        assert!(name.starts_with("derived-") && name.len() == 24, "{name}");
+        assert_eq!(service.metadata.name.as_deref(), Some(name.as_str()));
+        let owner = &service.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("ServiceImport", "web")
+        );
+        let spec = service.spec.as_ref().unwrap();
+        assert_eq!(spec.selector, None, "kube-proxy must use our slices only");
+        assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+        assert_eq!(spec.cluster_ip.as_deref(), Some("243.0.0.7"));
+        let pinned = spec.cluster_ips.clone().unwrap();
+        assert_eq!(pinned, ["243.0.0.7", "fd00:c5e7::7"]);
+        assert_eq!(spec.ip_families.clone().unwrap(), ["IPv4", "IPv6"]);
+        assert_eq!(spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+        let ports = spec.ports.as_ref().unwrap();
+        assert_eq!(
+            (ports[0].name.as_deref(), ports[0].port),
+            (Some("http"), 80)
+        );
+        assert!(derived::is_pinned(&service));
+        assert_eq!(slices.len(), 2, "one slice per family");
+        for slice in &slices {
+            let labels = slice.metadata.labels.as_ref().unwrap();
+            assert_eq!(labels.get(LABEL_SERVICE_NAME), Some(&name));
+        }
+        let import = local.import.unwrap().desired.unwrap();
+        let annotations = import.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations.get(records::ANNOTATION_DERIVED_SERVICE),
+            Some(&name)
+        );
+    }
+
+    /// Issue 47: a derived Service the API server refused the VIPs (its
+    /// annotation says why) is kept with the ClusterIP it got, which the
+    /// ServiceImport lists, with `Ready=True` reason `VIPNotPinned`.
+    #[test]
+    fn a_refused_pin_keeps_the_allocated_clusterip_and_says_why() {
+        let mut world = World::new(&[IpFamily::IPv4]);
+        world.settings.derived = DerivedServices::Clusterset;
+        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
+        world.agreed(&["243.0.0.7"]);
+        let (write, _, _) = derived_plan(&mut world);
+        let pinned = write.unwrap().desired.unwrap();
+        let why = "failed to allocate IP 243.0.0.7: provided IP is already allocated";
+        let mut refused = derived::unpinned(pinned, why);
+        assert!(!derived::is_pinned(&refused));
+        refused.spec.as_mut().unwrap().cluster_ips = Some(vec!["10.96.0.9".into()]);
+        refused.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.9".into());
+        listed(&*world.caches.local_services, vec![versioned(refused)]);
+
+        let (write, _, local) = derived_plan(&mut world);
+        assert!(write.is_none(), "kept as it is: {write:?}");
+        assert!(local.not_pinned);
+        let import = local.import.unwrap().desired.unwrap();
+        assert_eq!(import.spec.ips, ["10.96.0.9"], "what this member answers");
+        let ready = &local.status.unwrap().conditions[0];
+        assert_eq!(
+            (ready.type_.as_str(), ready.status.as_str()),
+            ("Ready", "True")
+        );
+        assert_eq!(ready.reason, "VIPNotPinned");
+        assert!(ready.message.contains(why), "{}", ready.message);
+    }
+
+    /// Issue 47: `per-cluster` leaves the ClusterIP to the API server and
+    /// keeps the one it allocated, which the ServiceImport lists; a
+    /// headless import gets no derived Service, and one written before goes.
+    #[test]
+    fn a_per_cluster_derived_service_keeps_its_allocated_clusterip() {
+        let mut world = World::new(&[IpFamily::IPv4]);
+        world.settings.derived = DerivedServices::PerCluster;
+        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
+        world.agreed(&["243.0.0.7"]);
+        let (write, _, _) = derived_plan(&mut world);
+        let mut service = write.unwrap().desired.unwrap();
+        let spec = service.spec.as_mut().unwrap();
+        assert_eq!(
+            (spec.cluster_ip.as_ref(), spec.cluster_ips.as_ref()),
+            (None, None)
+        );
+        assert_eq!(spec.ip_family_policy.as_deref(), Some("SingleStack"));
+        spec.cluster_ip = Some("10.96.0.4".into());
+        spec.cluster_ips = Some(vec!["10.96.0.4".into()]);
+        listed(&*world.caches.local_services, vec![versioned(service)]);
+        let (write, _, local) = derived_plan(&mut world);
+        assert!(write.is_none(), "unchanged: {write:?}");
+        assert!(!local.not_pinned);
+        let import = local.import.unwrap().desired.unwrap();
+        assert_eq!(import.spec.ips, ["10.96.0.4"]);
+
+        world.settings.derived = DerivedServices::Off;
+        let (write, slices, _) = derived_plan(&mut world);
+        let write = write.expect("the derived Service goes when turned off");
+        assert!(write.desired.is_none() && write.actual.is_some());
+        let labelled = |s: &EndpointSlice| {
+            s.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key(LABEL_SERVICE_NAME)
+        };
+        assert!(!slices.iter().any(labelled));
     }
 }

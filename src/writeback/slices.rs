@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
 use super::version::fingerprint;
 use crate::engine::ClusterInputs;
-use crate::k8s::crd::EndpointSliceObjects;
+use crate::k8s::crd::{EndpointSliceObjects, LABEL_SERVICE_NAME};
 use crate::k8s::crd::{McsVersion, ServiceImport};
 use crate::k8s::records;
 use crate::model::import::ImportCluster;
@@ -76,6 +76,8 @@ pub(crate) struct Plan<'a> {
     /// A member's MCS slice: owned by the local ServiceImport, in the
     /// service's namespace. None: a broker slice.
     owner: Option<&'a OwnerReference>,
+    /// A member's MCS slice backing the derived Service of this name.
+    derived: Option<&'a str>,
 }
 
 impl Plan<'_> {
@@ -83,7 +85,15 @@ impl Plan<'_> {
     /// build equal slices.
     pub(crate) fn recipe(&self) -> u64 {
         let owner = self.owner.map(|o| (&o.uid, &o.name));
-        fingerprint(&(self.key, self.cluster, self.source, &*self.slice, owner))
+        let derived = self.derived;
+        fingerprint(&(
+            self.key,
+            self.cluster,
+            self.source,
+            &*self.slice,
+            owner,
+            derived,
+        ))
     }
 
     /// The slice.
@@ -96,6 +106,12 @@ impl Plan<'_> {
                 let mut object =
                     records::build::slice_object(name, namespace, key, cluster, &self.slice);
                 object.metadata.owner_references = Some(vec![owner.clone()]);
+                if let Some(derived) = self.derived {
+                    // What kube-proxy load-balances the derived Service's
+                    // ClusterIP over (ARCHITECTURE.md, "Derived Services").
+                    let labels = object.metadata.labels.get_or_insert_default();
+                    labels.insert(LABEL_SERVICE_NAME.into(), derived.into());
+                }
                 object
             }
             None => {
@@ -141,6 +157,7 @@ pub(crate) fn broker_plans<'a>(
         source,
         slice: Cow::Borrowed(&**slice),
         owner: None,
+        derived: None,
     })
 }
 
@@ -148,12 +165,14 @@ pub(crate) fn broker_plans<'a>(
 /// `sources` (that cluster's published slices) with only the ports the
 /// cluster backs (KEP-1645 "Service Port": a data plane maps the import's
 /// ports to endpoint ports by name, so a port defined differently must not
-/// appear), owned by the local ServiceImport so they go when it goes.
+/// appear), owned by the local ServiceImport so they go when it goes, and
+/// labelled for the `derived` Service where there is one.
 pub(crate) fn member_plans<'a>(
     key: &'a ServiceKey,
     cluster: &'a ImportCluster,
     sources: impl IntoIterator<Item = (&'a str, &'a Arc<SliceInfo>)> + 'a,
     owner: &'a OwnerReference,
+    derived: Option<&'a str>,
 ) -> impl Iterator<Item = Plan<'a>> + 'a {
     sources
         .into_iter()
@@ -177,6 +196,7 @@ pub(crate) fn member_plans<'a>(
                 source,
                 slice,
                 owner: Some(owner),
+                derived,
             }
         })
 }
@@ -205,10 +225,11 @@ pub(crate) fn import_owner(version: McsVersion, key: &ServiceKey, uid: String) -
     }
 }
 
-/// Makes a member's MCS EndpointSlice owned by the ServiceImport of `uid`
-/// (planned before a new import's write answered its uid).
-pub(crate) fn set_owner_uid(slice: &mut EndpointSlice, uid: &str) {
-    for owner in slice.metadata.owner_references.iter_mut().flatten() {
+/// Makes an object planned before a new import's write answered its uid (a
+/// member's MCS EndpointSlice, the derived Service) owned by the
+/// ServiceImport of `uid`.
+pub(crate) fn set_owner_uid(meta: &mut ObjectMeta, uid: &str) {
+    for owner in meta.owner_references.iter_mut().flatten() {
         if owner.uid != uid {
             owner.uid = uid.to_owned();
         }
@@ -379,7 +400,7 @@ mod tests {
         let empty = Arc::new(SliceInfo::default());
         let pods = pods();
         let sources = [("web-abc", &pods), ("web-empty", &empty)];
-        member_plans(&key, cluster, sources, &owner)
+        member_plans(&key, cluster, sources, &owner, None)
             .map(|plan| (plan.name.clone(), plan.build()))
             .collect()
     }
@@ -470,7 +491,7 @@ mod tests {
         });
         let member = |cluster: &ImportCluster, slice: &Arc<SliceInfo>, uid: &str| {
             let owner = import_owner(McsVersion::V1beta1, &key, uid.into());
-            let plans: Vec<_> = member_plans(&key, cluster, [("web-abc", slice)], &owner)
+            let plans: Vec<_> = member_plans(&key, cluster, [("web-abc", slice)], &owner, None)
                 .map(|p| (p.recipe(), p.build()))
                 .collect();
             let [(recipe, slice)] = &plans[..] else {

@@ -7,7 +7,7 @@
 use std::hash::{BuildHasher, Hash, Hasher as _};
 use std::sync::LazyLock;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition as K8sCondition;
 use kube::Resource;
@@ -80,6 +80,30 @@ impl Owned for EndpointSlice {
             &self.ports,
             &meta.labels,
             &meta.annotations,
+        ))
+    }
+}
+
+impl Owned for Service {
+    /// What a derived Service is planned with (`records::build::derived_service`);
+    /// the API server's defaults (target ports, session affinity, traffic
+    /// policies) are not compared.
+    fn owned_digest(&self) -> u64 {
+        let meta = &self.metadata;
+        let spec = self.spec.as_ref();
+        let ports: Vec<_> = spec
+            .and_then(|s| s.ports.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|p| (&p.name, &p.protocol, p.port, &p.app_protocol))
+            .collect();
+        digest(&(
+            &meta.labels,
+            &meta.annotations,
+            &meta.owner_references,
+            spec.map(|s| (&s.type_, &s.selector, &s.cluster_ips)),
+            spec.map(|s| (&s.ip_families, &s.ip_family_policy)),
+            ports,
         ))
     }
 }

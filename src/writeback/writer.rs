@@ -3,13 +3,14 @@
 //! means someone else wrote first: the service is queued again and planned
 //! again), in the plan's order, stopping at the first failure.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
@@ -19,7 +20,9 @@ use serde_json::json;
 
 use super::api::{self, is_code};
 use super::caches::Caches;
+use super::derived;
 use super::plan::{self, At, Later, Local, Publish, Snapshot, View, Vips, Write, WriterSettings};
+use super::slices::set_owner_uid;
 use super::version::{Owned, Version};
 use super::vip_claims::{ClaimError, Taken, VipClaims};
 use crate::engine::EngineReader;
@@ -47,6 +50,8 @@ pub(crate) struct Writer {
     /// `status.endpointSliceObjects` (a release older than mcs-api v0.5):
     /// from then on its absence is no difference to write again.
     slice_objects_dropped: AtomicBool,
+    /// Services whose derived Service holds no clusterset VIPs (a gauge).
+    not_pinned: Mutex<HashSet<ServiceKey>>,
 }
 
 /// Why a service could not be written (it is queued again).
@@ -95,6 +100,7 @@ impl Writer {
             metrics,
             waiting: Mutex::default(),
             slice_objects_dropped: AtomicBool::new(false),
+            not_pinned: Mutex::default(),
         }
     }
 
@@ -237,10 +243,26 @@ impl Writer {
                 );
             }
         }
+        self.count_not_pinned(key, local.not_pinned);
+        if let Some(mut service) = local.derived {
+            let owned = match (&mut service.desired, &uid) {
+                (Some(object), Some(uid)) => {
+                    set_owner_uid(&mut object.metadata, uid);
+                    true
+                }
+                // No owner to name yet: the import's watch event queues the
+                // service again.
+                (Some(_), None) => false,
+                (None, _) => true,
+            };
+            if owned {
+                self.ensure_derived(key, service).await?;
+            }
+        }
         let api: Api<EndpointSlice> = Api::namespaced(self.local.clone(), key.namespace());
         for mut slice in local.slices {
             match (&mut slice.desired, &uid) {
-                (Some(object), Some(uid)) => super::slices::set_owner_uid(object, uid),
+                (Some(object), Some(uid)) => set_owner_uid(&mut object.metadata, uid),
                 // No owner to name yet: the import's watch event queues the
                 // service again.
                 (Some(_), None) => continue,
@@ -255,6 +277,56 @@ impl Writer {
             let _: ServiceExport = self.patch_status(&api, key.name(), &status).await?;
         }
         Ok(())
+    }
+
+    /// Writes the derived Service of `key`. A pinned create the API server
+    /// refuses (422: an address taken, or no ServiceCIDR holding it) is made
+    /// again without the clusterset VIPs, noting why on the Service
+    /// (ARCHITECTURE.md, "Derived Services").
+    async fn ensure_derived(
+        &self,
+        key: &ServiceKey,
+        write: Write<Service>,
+    ) -> Result<(), WriteError> {
+        let api: Api<Service> = Api::namespaced(self.local.clone(), key.namespace());
+        let pinned = match (&write.desired, &write.actual) {
+            (Some(desired), None) if derived::is_pinned(desired) => Some(desired.clone()),
+            _ => None,
+        };
+        let name = write.name.clone();
+        match (self.ensure(&api, write).await, pinned) {
+            (Err(WriteError::Api(kube::Error::Api(status))), Some(pinned))
+                if status.code == 422 =>
+            {
+                let why = status.message;
+                tracing::warn!(
+                    service = %key, derived = %name, reason = %why,
+                    "the API server refused the derived Service the clusterset VIPs: \
+                     it gets a ClusterIP of this cluster, which this cluster answers"
+                );
+                self.metrics.api_write("Service", "not-pinned");
+                let unpinned = Write {
+                    name,
+                    desired: Some(derived::unpinned(pinned, &why)),
+                    actual: None,
+                };
+                self.ensure(&api, unpinned).await.map(|_| ())
+            }
+            (result, _) => result.map(|_| ()),
+        }
+    }
+
+    /// Keeps the gauge of derived Services without clusterset VIPs.
+    fn count_not_pinned(&self, key: &ServiceKey, not_pinned: bool) {
+        let mut keys = self.not_pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = if not_pinned {
+            keys.insert(key.clone())
+        } else {
+            keys.remove(key)
+        };
+        if changed {
+            self.metrics.set_derived_not_pinned(keys.len());
+        }
     }
 
     /// Performs one planned write. Returns the `uid` the API server

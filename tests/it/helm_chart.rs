@@ -292,7 +292,8 @@ fn helm_lint_passes_in_every_mode() {
 }
 
 /// Member mode with the default values is `kubectl apply -k config/kubernetes`
-/// plus endpointslice-policy.yaml, the CRDs included.
+/// plus endpointslice-policy.yaml and derived-service-policy.yaml, the CRDs
+/// included.
 #[test]
 fn member_mode_is_the_kustomization_and_the_policy() {
     let Some(helm) = helm() else { return };
@@ -307,16 +308,17 @@ fn member_mode_is_the_kustomization_and_the_policy() {
     );
     let mut config = kustomize();
     config.extend(file("config/kubernetes/endpointslice-policy.yaml"));
+    config.extend(file("config/kubernetes/derived-service-policy.yaml"));
     assert_same("member mode", chart, config);
 
-    // Without the policy: exactly its two objects fewer.
+    // Without the policies: exactly their four objects fewer.
     let without = render(
         &helm,
         "clusterset-dns",
         "clusterset-dns",
         &["--include-crds", "--set", "admissionPolicy.enabled=false"],
     );
-    assert_same("member mode, no admission policy", without, kustomize());
+    assert_same("member mode, no admission policies", without, kustomize());
 }
 
 /// Broker mode is rbac-broker.yaml (its members east and west),
@@ -510,6 +512,48 @@ fn the_network_policy_is_network_policy_yaml_and_only_when_asked() {
     );
 }
 
+/// The ServiceCIDR is config/kubernetes/servicecidr.yaml, rendered only with
+/// `derivedServices.serviceCIDR.create` (off by default: it is
+/// cluster-scoped and changes the API server's allocator) and only in
+/// member mode; its prefixes are the value `cidrs`.
+#[test]
+fn the_service_cidr_is_servicecidr_yaml_and_only_when_asked() {
+    let Some(helm) = helm() else { return };
+    let cidrs = |args: &[&str], release: &str| -> Vec<Value> {
+        render(&helm, release, release, args)
+            .into_iter()
+            .filter(|d| d["kind"] == "ServiceCIDR")
+            .collect()
+    };
+    assert!(cidrs(&[], "clusterset-dns").is_empty(), "off by default");
+    let create = "derivedServices.serviceCIDR.create=true";
+    assert_same(
+        "the ServiceCIDR",
+        cidrs(&["--set", create], "clusterset-dns"),
+        file("config/kubernetes/servicecidr.yaml"),
+    );
+    let other = cidrs(
+        &[
+            "--set",
+            create,
+            "--set",
+            "derivedServices.serviceCIDR.cidrs={10.200.0.0/16}",
+        ],
+        "clusterset-dns",
+    );
+    assert_eq!(other[0]["spec"]["cidrs"], json!(["10.200.0.0/16"]));
+    let broker = [
+        "--set",
+        &format!("mode=broker,{create}"),
+        "--set",
+        "broker.members={east}",
+    ];
+    assert!(
+        cidrs(&broker, "clusterset-broker").is_empty(),
+        "a broker release makes no VIPs"
+    );
+}
+
 /// The values an operator sets reach the objects: the release's namespace
 /// everywhere a namespace is named (the policy's username, the binding's
 /// subject), the cluster id and image as args, the broker's kubeconfig as
@@ -543,18 +587,19 @@ fn values_reach_the_objects() {
             key(doc)
         );
     }
-    let policy = find(
-        &chart,
-        "ValidatingAdmissionPolicy",
+    for name in [
         "clusterset-dns-mcs-endpointslices",
-    );
-    let condition = policy["spec"]["matchConditions"][0]["expression"]
-        .as_str()
-        .unwrap();
-    assert!(
-        condition.contains("\"system:serviceaccount:dns-system:clusterset-dns\""),
-        "the policy matches the release's ServiceAccount: {condition}"
-    );
+        "clusterset-dns-derived-services",
+    ] {
+        let policy = find(&chart, "ValidatingAdmissionPolicy", name);
+        let condition = policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(
+            condition.contains("\"system:serviceaccount:dns-system:clusterset-dns\""),
+            "{name} matches the release's ServiceAccount: {condition}"
+        );
+    }
     let binding = find(&chart, "ClusterRoleBinding", "clusterset-dns-member");
     assert_eq!(binding["subjects"][0]["namespace"], "dns-system");
     let deployment = find(&chart, "Deployment", "clusterset-dns");

@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount,
 };
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::networking::v1::{NetworkPolicy, ServiceCIDR};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -26,10 +26,12 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const KUSTOMIZATION: &str = "config/kubernetes";
 /// The manifests the kustomization leaves out, applied on their own (see
 /// its comments).
-const STANDALONE: [&str; 5] = [
+const STANDALONE: [&str; 7] = [
     "config/kubernetes/rbac-broker.yaml",
     "config/kubernetes/broker-quota.yaml",
     "config/kubernetes/endpointslice-policy.yaml",
+    "config/kubernetes/derived-service-policy.yaml",
+    "config/kubernetes/servicecidr.yaml",
     "config/kubernetes/network-policy.yaml",
     "config/kubernetes/manifests-demo.yaml",
 ];
@@ -92,6 +94,7 @@ fn check(doc: &Value) -> Result<(), String> {
         ("apps/v1", "Deployment") => round_trip::<Deployment>(doc),
         ("policy/v1", "PodDisruptionBudget") => round_trip::<PodDisruptionBudget>(doc),
         ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<NetworkPolicy>(doc),
+        ("networking.k8s.io/v1", "ServiceCIDR") => round_trip::<ServiceCIDR>(doc),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(doc),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
             round_trip::<ClusterRoleBinding>(doc)
@@ -275,4 +278,51 @@ fn the_network_policy_opens_the_deployments_ports_and_no_more() {
             "egress to {needed:?} in {anywhere:?}"
         );
     }
+}
+
+/// servicecidr.yaml holds the default VIP pools as a ServiceCIDR the API
+/// server allocates from (KEP-1880), for derived Services pinned to the
+/// clusterset VIPs: --vip-pool-v4's default whole; of --vip-pool-v6's, the
+/// pool itself if it is a /64 or longer, else a /64 of it (the API server
+/// leaves a shorter IPv6 prefix unused). Cluster-scoped and changing the
+/// allocator, it is applied on its own, never by the kustomization.
+#[test]
+fn the_service_cidr_holds_the_default_vip_pools() {
+    use clap::Parser;
+    use clusterset_dns::cli::{Cli, Command};
+    let Some(Command::Serve(serve)) = Cli::try_parse_from(["clusterset-dns", "serve"])
+        .expect("serve parses")
+        .command
+    else {
+        panic!("not serve");
+    };
+    let (v4, v6) = (serve.clusterset.vip_pool_v4, serve.clusterset.vip_pool_v6);
+    let path = "config/kubernetes/servicecidr.yaml";
+    let docs = documents(
+        &std::fs::read_to_string(Path::new(ROOT).join(path)).expect(path),
+        path,
+    );
+    assert_eq!(docs.len(), 1, "{path}: one ServiceCIDR");
+    assert_eq!(docs[0]["kind"], "ServiceCIDR");
+    let cidrs: Vec<&str> = docs[0]["spec"]["cidrs"]
+        .as_array()
+        .expect("spec.cidrs")
+        .iter()
+        .map(|c| c.as_str().expect("a CIDR"))
+        .collect();
+    assert_eq!(cidrs.len(), 2, "one prefix per family: {cidrs:?}");
+    assert_eq!(cidrs[0], v4.to_string(), "the IPv4 pool");
+    let served: ipnet::Ipv6Net = cidrs[1].parse().expect("an IPv6 prefix");
+    if v6.prefix_len() >= 64 {
+        assert_eq!(served, v6, "the IPv6 pool");
+    } else {
+        assert!(
+            served.prefix_len() == 64 && v6.contains(&served),
+            "{served} is a /64 of the IPv6 pool {v6}"
+        );
+    }
+    assert!(
+        !kustomize().iter().any(|d| d["kind"] == "ServiceCIDR"),
+        "the kustomization leaves the ServiceCIDR to the admin"
+    );
 }

@@ -98,6 +98,9 @@ pub struct Member {
     pub cluster_dns: Ipv4Addr,
     /// Running replicas.
     pub replicas: Vec<Replica>,
+    /// `--derived-services` of the replicas started from now on (this
+    /// release's): `clusterset` unless a scenario changes it.
+    pub derived: &'static str,
     /// The admin client of its API server (the test's own actions).
     pub admin: Client,
     kubeconfig: PathBuf,
@@ -135,6 +138,23 @@ pub fn replica_flags(id: &str) -> Vec<String> {
         &CLUSTER_TIMEOUT_SECONDS.to_string(),
         "--log-format",
         "text",
+    ]
+    .map(str::to_owned)
+    .into()
+}
+
+/// The flags of this release's replicas of `member` that the previous
+/// release does not have (`upgrade.rs` runs it with [`replica_flags`] only).
+pub fn release_flags(member: &Member) -> Vec<String> {
+    [
+        "--max-exports-per-cluster",
+        &EXPORT_CAP.to_string(),
+        "--derived-services",
+        member.derived,
+        // Inside servicecidr.yaml's IPv6 prefix (the API server allocates
+        // from no shorter one), as its header says to run.
+        "--vip-pool-v6",
+        "fd00:c5e7::/64",
     ]
     .map(str::to_owned)
     .into()
@@ -183,7 +203,8 @@ const MEMBERS: [(&str, &str, PodNetwork, Crds); 3] = [
     ),
 ];
 
-fn repo(path: &str) -> PathBuf {
+/// A file of the repository.
+pub fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
@@ -248,6 +269,7 @@ impl Clusterset {
                 crds,
                 cluster_dns: network.dns,
                 replicas: Vec::new(),
+                derived: "clusterset",
                 admin,
                 started: 0,
             });
@@ -317,7 +339,7 @@ impl Clusterset {
         Ok(())
     }
 
-    /// config/kubernetes (`kubectl apply -k`), the admission policy, the
+    /// config/kubernetes (`kubectl apply -k`), the admission policies, the
     /// member's CRD variant, and its two kubeconfigs made of ServiceAccount
     /// tokens: its own (TokenRequest, as a Pod gets it) and the broker's
     /// (the token Secret the broker's token controller fills).
@@ -335,17 +357,14 @@ impl Clusterset {
                     &repo("config/kubernetes").display().to_string(),
                 ],
             )?;
-            kubectl(
-                plane,
-                &[
-                    "apply",
-                    "-f",
-                    &repo("config/kubernetes/endpointslice-policy.yaml")
-                        .display()
-                        .to_string(),
-                ],
-            )?;
+            for policy in ["endpointslice-policy.yaml", "derived-service-policy.yaml"] {
+                let path = repo(&format!("config/kubernetes/{policy}"));
+                kubectl(plane, &["apply", "-f", &path.display().to_string()])?;
+            }
         }
+        // What a cluster admin applies for --derived-services clusterset.
+        let service_cidr = repo("config/kubernetes/servicecidr.yaml");
+        kubectl(plane, &["apply", "-f", &service_cidr.display().to_string()])?;
         if member.crds == Crds::Upstream {
             let upstream = run(&bin_dir().join("mcs-api-crds"), &[])?;
             apply_text(plane, "upstream-crds.yaml", &upstream)?;
@@ -439,7 +458,7 @@ impl Clusterset {
         .into();
         args.extend(replica_flags(&member.id));
         if binary == Path::new(THIS_RELEASE) {
-            args.extend(["--max-exports-per-cluster".into(), EXPORT_CAP.to_string()]);
+            args.extend(release_flags(member));
         }
         args.extend(flags.iter().map(|f| (*f).to_owned()));
         let process = spawn_member(&identity, binary, &args, &log)?;

@@ -380,9 +380,12 @@ impl ControlPlane {
                 format!("--kubeconfig={}", dir.join("admin.kubeconfig").display()),
                 // Only the controllers whose work the tests depend on; each
                 // with its own ServiceAccount credentials, as in a cluster.
+                // service-cidr-controller makes an added ServiceCIDR Ready
+                // (and deletable), which pinning a derived Service to the
+                // VIPs needs (KEP-1880).
                 "--controllers=garbagecollector,namespace,endpointslice,\
                  endpointslicemirroring,serviceaccount,serviceaccount-token,\
-                 deployment,replicaset,statefulset"
+                 deployment,replicaset,statefulset,service-cidr-controller"
                     .into(),
                 "--use-service-account-credentials=true".into(),
                 format!(

@@ -103,7 +103,7 @@ pub fn install_broker(plane: &ControlPlane, members: &[&str]) -> Result<()> {
     .map(drop)
 }
 
-/// A member (config/kubernetes and the admission policy, as the chart's
+/// A member (config/kubernetes and the admission policies, as the chart's
 /// member mode), with the chart's default values, as docs/helm.md installs it.
 pub fn install_member(plane: &ControlPlane) -> Result<()> {
     helm(
@@ -189,7 +189,7 @@ pub async fn a_member_and_the_broker_installed_with_the_chart(set: &mut Clusters
         .into());
     }
     let releases = [
-        (MEMBER, MEMBER_RELEASE, DNS_NAMESPACE, 12),
+        (MEMBER, MEMBER_RELEASE, DNS_NAMESPACE, 14),
         // The namespace, a ServiceAccount and token Secret per member, the
         // Role and RoleBinding, the ownership policy and its binding, the
         // ResourceQuota.

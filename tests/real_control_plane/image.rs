@@ -22,7 +22,7 @@ use test_support::{Outcome, free_port, get, resolve};
 
 use crate::Skipped;
 use crate::check::fqdn;
-use crate::clusterset::{Clusterset, DNS_NAMESPACE, eventually, replica_flags};
+use crate::clusterset::{Clusterset, DNS_NAMESPACE, eventually, release_flags, replica_flags};
 use crate::workloads::{exported_with_pod, namespace, unexport};
 
 const MEMBER: &str = "west";
@@ -68,6 +68,7 @@ pub async fn a_replica_runs_from_the_image(set: &mut Clusterset) -> Result<()> {
     .map(str::to_owned)
     .into();
     args.extend(replica_flags(MEMBER));
+    args.extend(release_flags(set.member(MEMBER)));
     bundle.config["process"]["args"] = json!(args);
     let env = bundle.config["process"]["env"]
         .as_array_mut()

@@ -22,6 +22,7 @@ mod control_plane;
 mod coredns_side;
 mod crd_versions;
 mod dataplane;
+mod derived;
 mod endpoints;
 mod exports;
 mod faults;
@@ -136,8 +137,13 @@ async fn run(filters: &[String]) -> ExitCode {
         conformance::the_upstream_conformance_suite_passes => 1500,
         security::members_use_their_own_service_accounts,
         security::the_endpointslice_policy_admits_only_mcs_slices,
+        security::the_derived_service_policy_admits_only_derived_services,
+        security::the_servicecidr_lets_derived_services_pin_the_vips,
         helm::a_member_and_the_broker_installed_with_the_chart,
         exports::import_lives_while_any_cluster_exports,
+        derived::every_member_pins_the_clusterset_vip,
+        derived::a_taken_vip_falls_back_to_a_clusterip_of_the_member,
+        derived::per_cluster_mode_answers_the_members_own_clusterip,
         endpoints::headless_answers_follow_pod_readiness,
         exports::differing_ports_are_a_port_conflict,
         broker_trust::export_age::no_member_makes_its_export_older,

@@ -22,16 +22,12 @@ use tokio::net::TcpStream;
 
 use crate::Skipped;
 use crate::check::{answers, answers_everywhere, ips};
-use crate::clusterset::{CLUSTER_TIMEOUT_SECONDS, CONVERGE, Clusterset, Replica, eventually};
+use crate::clusterset::{CLUSTER_TIMEOUT_SECONDS, CONVERGE, Clusterset, Replica, eventually, repo};
 use crate::control_plane::{Process, log_tail};
 use crate::faults::watched;
 
 const RULES: &str = "config/monitoring/alerts.rules.yaml";
 const DEAD: &str = "ClustersetDnsClusterDead";
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// A Prometheus server of the test's own; killed when dropped.
 struct Prometheus {

@@ -49,7 +49,7 @@ pub fn imports_at(client: &Client, ns: &str, version: &str) -> Api<DynamicObject
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
+pub fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("a valid object")
 }
 

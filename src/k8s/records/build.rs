@@ -5,21 +5,23 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use k8s_openapi::api::core::v1::{Service, ServicePort as K8sServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{
     Endpoint as K8sEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use jiff::Timestamp;
 
 use super::{
-    ANNOTATION_EXPORT, ANNOTATION_FIRST_SEEN, ExportExtras, LABEL_MANAGED_BY, LABEL_ROLE,
-    LABEL_SERVICE_NAMESPACE, LABEL_SLICE_MANAGED_BY, MANAGER, Role, SwitchDefaults,
-    export_record_name, vip_record_name,
+    ANNOTATION_EXPORT, ANNOTATION_FIRST_SEEN, ANNOTATION_NOT_PINNED, ExportExtras,
+    LABEL_MANAGED_BY, LABEL_ROLE, LABEL_SERVICE_NAMESPACE, LABEL_SLICE_MANAGED_BY, MANAGER, Role,
+    SwitchDefaults, derived_service_name, export_record_name, vip_record_name,
 };
 use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER};
 use crate::k8s::crd::{McsVersion, ServiceImport, ServiceImportSpec};
 use crate::model::import::Import;
+use crate::model::port::ServicePort;
 use crate::model::{ExportInfo, ImportType, IpFamily, ServiceInfo, ServiceKey, SliceInfo};
 
 /// Labels tying an object to a service (and a source cluster).
@@ -131,6 +133,66 @@ pub fn cluster_ports(import: &Import) -> String {
         })
         .collect();
     serde_json::to_string(&backed).expect("strings serialize")
+}
+
+/// The derived Service of `key` in a member (ARCHITECTURE.md, "Derived
+/// Services"): a ClusterIP Service without a selector, so that only the MCS
+/// EndpointSlices labelled with its name back it, with the import's `ports`
+/// and the `families` the member serves, owned by the ServiceImport
+/// (`owner`) so that the garbage collector removes it with the import.
+/// `cluster_ips` pins its ClusterIPs (empty: the API server allocates);
+/// `not_pinned` is why the clusterset VIPs could not be ([`ANNOTATION_NOT_PINNED`]).
+pub fn derived_service(
+    key: &ServiceKey,
+    ports: &[ServicePort],
+    families: &[IpFamily],
+    owner: OwnerReference,
+    cluster_ips: &[IpAddr],
+    not_pinned: Option<&str>,
+) -> Service {
+    let annotations =
+        not_pinned.map(|why| BTreeMap::from([(ANNOTATION_NOT_PINNED.into(), why.into())]));
+    let cluster_ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
+    Service {
+        metadata: ObjectMeta {
+            name: Some(derived_service_name(key)),
+            namespace: Some(key.namespace().to_string()),
+            labels: Some(service_labels(key, None)),
+            annotations,
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: cluster_ips.first().cloned(),
+            cluster_ips: (!cluster_ips.is_empty()).then_some(cluster_ips),
+            ip_families: Some(families.iter().map(|f| f.as_str().to_owned()).collect()),
+            ip_family_policy: Some(
+                if families.len() > 1 {
+                    "RequireDualStack"
+                } else {
+                    "SingleStack"
+                }
+                .into(),
+            ),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|p| K8sServicePort {
+                        name: p.name.clone(),
+                        port: p.port,
+                        // Spelled out: the API server would default it, and
+                        // the written Service would differ from the planned one.
+                        protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                        app_protocol: p.app_protocol.clone(),
+                        ..K8sServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
 }
 
 /// An EndpointSlice holding `slice` (endpoints all of one family), labelled

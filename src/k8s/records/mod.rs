@@ -51,6 +51,19 @@ pub const ANNOTATION_FIRST_SEEN: &str = "clusterset-dns.io/first-seen";
 /// Annotation of a member's ServiceImport: the import's ports each exporting
 /// cluster backs, as JSON (`{"east":["tcp:42/TCP"],"west":[]}`).
 pub const ANNOTATION_CLUSTER_PORTS: &str = "clusterset-dns.io/cluster-ports";
+/// Annotation of a member's ServiceImport: the name of its derived Service
+/// (as Cilium writes it; ARCHITECTURE.md, "Derived Services").
+pub const ANNOTATION_DERIVED_SERVICE: &str = "multicluster.kubernetes.io/derived-service";
+/// Annotation of a derived Service that could not take the clusterset VIPs
+/// (`--derived-services clusterset`): why the API server refused them. The
+/// Service then has a ClusterIP of the member's own range, which the member
+/// answers; kept on the object so that a restart keeps that ClusterIP too.
+pub const ANNOTATION_NOT_PINNED: &str = "clusterset-dns.io/not-pinned";
+/// Label selector of the local cluster's Services that hold its endpoints:
+/// not the derived Services this controller writes (whose slices are MCS
+/// slices, read from the broker). `!=` also matches Services without the label.
+pub const OWN_SLICES_SELECTOR: &str =
+    "kubernetes.io/service-name,endpointslice.kubernetes.io/managed-by!=clusterset-dns.io";
 /// Label selector of the objects this controller writes in member clusters.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=clusterset-dns.io";
 /// Label selector of the EndpointSlices this controller writes.
@@ -123,6 +136,14 @@ pub fn hashed_name(prefix: &str, parts: &[&str]) -> String {
     let hash = crate::model::stable_hash(parts.iter().flat_map(|p| p.bytes().chain([0])));
     let prefix: String = prefix.chars().take(200).collect();
     format!("{}-{hash:016x}", prefix.trim_end_matches(['-', '.']))
+}
+
+/// Name of the derived Service of `key` in a member: `derived-` and a hash,
+/// a DNS-1035 label no longer than 24 characters whatever the service's name
+/// (the mcs-api controller's shape), which the member-side policy
+/// (`endpointslice-policy.yaml`) can recognise.
+pub fn derived_service_name(key: &ServiceKey) -> String {
+    hashed_name("derived", &[key.name()])
 }
 
 /// Name of the broker copy of a cluster's EndpointSlice.

@@ -5,19 +5,20 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use jiff::Timestamp;
 
 use super::{
-    ANNOTATION_EXPORT, ANNOTATION_FIRST_SEEN, ExportExtras, LABEL_ROLE, LABEL_SERVICE_NAMESPACE,
-    Role,
+    ANNOTATION_EXPORT, ANNOTATION_FIRST_SEEN, ExportExtras, LABEL_MANAGED_BY, LABEL_ROLE,
+    LABEL_SERVICE_NAMESPACE, MANAGER, Role, derived_service_name,
 };
 use crate::k8s::convert::ConvertError;
 use crate::k8s::crd::{LABEL_MCS_SERVICE_NAME, LABEL_SOURCE_CLUSTER, ServiceImport};
 use crate::model::{
-    ClusterId, ExportAge, ExportInfo, Exported, IpFamily, SESSION_AFFINITIES, ServiceInfo,
+    ClusterId, ExportAge, ExportInfo, Exported, IpFamily, Ips, SESSION_AFFINITIES, ServiceInfo,
     ServiceKey, ServiceKind, ServiceSpec, SliceInfo, TRAFFIC_POLICIES, setting, shared_name,
 };
 
@@ -32,6 +33,23 @@ pub fn labelled_service(meta: &ObjectMeta) -> Option<(ServiceKey, Option<Cluster
         key,
         labels.get(LABEL_SOURCE_CLUSTER).map(|c| shared_name(c)),
     ))
+}
+
+/// The service a derived Service stands for, and its ClusterIPs: `None`
+/// for any other Service (this controller's labels, and the name
+/// [`super::derived_service_name`] gives that service, in its namespace).
+pub fn derived_service(service: &Service) -> Option<(ServiceKey, Ips)> {
+    let meta = &service.metadata;
+    let labels = meta.labels.as_ref()?;
+    (labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGER)).then_some(())?;
+    let key = ServiceKey::new(
+        meta.namespace.as_deref()?,
+        labels.get(LABEL_MCS_SERVICE_NAME)?,
+    );
+    (meta.name.as_deref() == Some(derived_service_name(&key).as_str())).then_some(())?;
+    let spec = service.spec.as_ref()?;
+    let ips = spec.cluster_ips.iter().flatten();
+    Some((key, ips.filter_map(|ip| ip.parse().ok()).collect()))
 }
 
 /// The role of a broker ServiceImport, if it is one this controller wrote.

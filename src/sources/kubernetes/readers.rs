@@ -13,7 +13,6 @@ use super::client::Connection;
 use super::facts::Reader;
 use super::served::Place;
 use crate::k8s::convert;
-use crate::k8s::crd::LABEL_SERVICE_NAME;
 use crate::k8s::crd::{ServiceExport, ServiceImport};
 use crate::k8s::records::read::source_cluster;
 use crate::k8s::records::{self, Role};
@@ -81,7 +80,7 @@ impl FactSources {
             endpoint_slices: FactSource {
                 resource: "endpointslices",
                 api: Place::fixed(Api::all(local.clone())),
-                labels: Some(LABEL_SERVICE_NAME),
+                labels: Some(records::OWN_SLICES_SELECTOR),
                 read: endpoint_slices(me.clone()),
             },
             broker_records: FactSource {
@@ -111,9 +110,14 @@ pub(crate) fn namespaces() -> Reader<Namespace> {
     })
 }
 
-/// The local cluster's Services.
+/// The local cluster's Services; a derived Service this controller wrote
+/// is no Service of the cluster's but the ClusterIPs its import answers
+/// (ARCHITECTURE.md, "Derived Services").
 pub(crate) fn services(me: ClusterId) -> Reader<Service> {
     Box::new(move |svc| {
+        if let Some((key, ips)) = records::read::derived_service(svc) {
+            return Ok(vec![Change::Upsert(me.clone(), key, Object::Derived(ips))]);
+        }
         let (key, object) = convert::service(svc).map_err(|e| e.to_string())?;
         Ok(vec![Change::Upsert(me.clone(), key, object)])
     })

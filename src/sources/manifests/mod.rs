@@ -312,6 +312,7 @@ mod tests {
             ObjectRef::Service => "Service".to_owned(),
             ObjectRef::Slice(n) => format!("Slice/{n}"),
             ObjectRef::Seen => "Seen".to_owned(),
+            ObjectRef::Derived => "Derived".to_owned(),
         };
         changes
             .iter()
