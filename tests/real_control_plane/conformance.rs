@@ -7,7 +7,11 @@
 //! shipped stanza forwarding `clusterset.local` to the member's replicas).
 //!
 //! The Connectivity specs send traffic to the clusterset IPs, so the suite
-//! runs on the test's data plane (`dataplane/`): the request Pod's
+//! runs on the test's data plane (`dataplane/`). The members run with
+//! `--derived-services clusterset`, as every scenario's do: each member's
+//! derived Service holds the one clusterset VIP, so the DNS specs see the
+//! same answers in every member and stock kube-proxy routes that VIP to
+//! every exporting cluster's Pods. The request Pod's
 //! `kubectl exec` runs in its member's node network namespace, where the
 //! member's kube-proxy programs the derived Services' IPs, and resolves
 //! through the cluster's CoreDNS on the node's host address
@@ -51,12 +55,6 @@ const POD_TOOLS: [(&str, &str); 7] = [
     ("nsenter", "util-linux"),
     ("unshare", "util-linux"),
 ];
-
-/// The members' derived Services (issue 47): `clusterset`, one VIP in every
-/// member pinned in the VIP pools' ServiceCIDR, so every spec sees the same
-/// answers it sees without derived Services, and the suite witnesses the
-/// mode that stock kube-proxy routes identically everywhere.
-const DERIVED_SERVICES: &str = "clusterset";
 
 /// The suite's `report.yaml`: specs grouped by `Required` / `Optional`.
 #[derive(Debug, Deserialize)]
@@ -105,11 +103,7 @@ pub async fn the_upstream_conformance_suite_passes(set: &mut Clusterset) -> Resu
         );
     }
     let data_plane = DataPlane::start(set).await?;
-    restart_members(set, &["--derived-services", DERIVED_SERVICES]).await?;
-    let result = on_the_data_plane(set, &data_plane, &suite).await;
-    drop(data_plane);
-    restart_members(set, &[]).await?;
-    result
+    on_the_data_plane(set, &data_plane, &suite).await
 }
 
 /// The suite run with kwok's exec in each member's node, the cluster DNS
@@ -291,16 +285,4 @@ fn kubeconfig(set: &Clusterset) -> Result<PathBuf> {
         ),
     )?;
     Ok(path)
-}
-
-/// Replaces every member's replicas by one running with `flags` besides
-/// the usual ones.
-async fn restart_members(set: &mut Clusterset, flags: &[&str]) -> Result<()> {
-    for i in 0..set.members.len() {
-        for replica in set.members[i].replicas.drain(..) {
-            replica.kill();
-        }
-        set.add_replica_with(i, flags).await?;
-    }
-    Ok(())
 }
