@@ -70,23 +70,27 @@ pub async fn run(data_plane: &DataPlane, clusters: &[Cluster]) -> Result<Infalli
                 .list(&ListParams::default().fields(&format!("spec.nodeName={KWOK_NODE}")))
                 .await
                 .context("listing kwok's Pods")?;
-            let mut wanted = Vec::new();
-            for pod in listed.items.iter().filter(|p| runnable(p)) {
-                let key = (member, pod.metadata.uid.clone().unwrap_or_default());
-                if !running.contains_key(&key) {
-                    let started =
-                        start(data_plane, member, &cluster.logs, pod).with_context(|| {
-                            format!(
-                                "running Pod {}/{}",
-                                pod.metadata.namespace.as_deref().unwrap_or(""),
-                                pod.metadata.name.as_deref().unwrap_or("")
-                            )
-                        })?;
-                    running.insert(key.clone(), started);
+            let wanted: Vec<(&Pod, (usize, String))> = listed
+                .items
+                .iter()
+                .filter(|p| runnable(p))
+                .map(|p| (p, (member, p.metadata.uid.clone().unwrap_or_default())))
+                .collect();
+            // Gone Pods first: kwok gives a deleted Pod's IPs to the next.
+            running.retain(|key, _| key.0 != member || wanted.iter().any(|(_, k)| k == key));
+            for (pod, key) in wanted {
+                if running.contains_key(&key) {
+                    continue;
                 }
-                wanted.push(key);
+                let started = start(data_plane, member, &cluster.logs, pod).with_context(|| {
+                    format!(
+                        "running Pod {}/{}",
+                        pod.metadata.namespace.as_deref().unwrap_or(""),
+                        pod.metadata.name.as_deref().unwrap_or("")
+                    )
+                })?;
+                running.insert(key, started);
             }
-            running.retain(|key, _| key.0 != member || wanted.contains(key));
         }
         tokio::time::sleep(ROUND).await;
     }
