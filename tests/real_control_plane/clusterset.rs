@@ -423,16 +423,6 @@ impl Clusterset {
 
     /// [`Self::add_replica`] running `binary` (another release: `upgrade.rs`).
     pub async fn add_replica_of(&mut self, i: usize, binary: &Path) -> Result<()> {
-        self.start_replica(i, binary, &[]).await
-    }
-
-    /// [`Self::add_replica`] with `flags` besides [`replica_flags`] (a
-    /// feature switched on: `dataplane/routes.rs`).
-    pub async fn add_replica_with(&mut self, i: usize, flags: &[&str]) -> Result<()> {
-        self.start_replica(i, Path::new(THIS_RELEASE), flags).await
-    }
-
-    async fn start_replica(&mut self, i: usize, binary: &Path, flags: &[&str]) -> Result<()> {
         let member = &mut self.members[i];
         let identity = format!("{}-{}", member.id, member.started);
         member.started += 1;
@@ -460,7 +450,6 @@ impl Clusterset {
         if binary == Path::new(THIS_RELEASE) {
             args.extend(release_flags(member));
         }
-        args.extend(flags.iter().map(|f| (*f).to_owned()));
         let process = spawn_member(&identity, binary, &args, &log)?;
         let mut replica = Replica {
             identity,

@@ -23,7 +23,8 @@
 //!
 //! kube-proxy runs as kwok's Node (`pods.rs`), whose Pods' EndpointSlice
 //! endpoints carry that `nodeName`; it starts after the ServiceCIDR of the
-//! VIP pools exists in its member, so the pools are in its "drop traffic to
+//! VIP pools (`config/kubernetes/servicecidr.yaml`, applied with the
+//! clusterset) exists in its member, so the pools are in its "drop traffic to
 //! unallocated ClusterIPs" rule (written only on a full sync) and a VIP no
 //! Service holds gets no connection. Its kubeconfig names the API server
 //! `localhost` (`tls-server-name`) while dialling the relay, so TLS stays
@@ -44,7 +45,6 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Api;
-use kube::api::PostParams;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::Skipped;
@@ -54,12 +54,9 @@ use crate::pods::KWOK_NODE;
 use dial::{Proto, dial};
 use netns::{Netns, root_address, unique, veth};
 
-/// The ServiceCIDR that holds the VIP pools in every member (issue 47:
-/// made by an admin; the pinned derived Services need it).
-pub const VIP_SERVICE_CIDR: &str = "clusterset-vips";
-/// The members' VIP pools: the `--vip-pool-v4` and `--vip-pool-v6`
-/// defaults (the harness passes neither).
-pub const VIP_POOLS: [&str; 2] = ["243.0.0.0/8", "fd00:c5e7::/48"];
+/// The ServiceCIDR of the VIP pools, `config/kubernetes/servicecidr.yaml`,
+/// which the harness applies to every member.
+const VIP_SERVICE_CIDR: &str = "clusterset-dns-vips";
 /// The address a node's end of every Pod veth has, each Pod's gateway.
 const POD_GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 /// The same for IPv6: a link-local address, as a CNI plugin gives it.
@@ -366,19 +363,14 @@ async fn pod_cidrs(admin: &kube::Client) -> Result<Vec<IpNet>> {
         .collect()
 }
 
-/// Creates the ServiceCIDR of the VIP pools unless it exists.
+/// Fails unless the ServiceCIDR of the VIP pools exists: kube-proxy must
+/// start after it (see the module's header).
 async fn vip_service_cidr(admin: &kube::Client) -> Result<()> {
     let api: Api<ServiceCIDR> = Api::all(admin.clone());
-    if api.get_opt(VIP_SERVICE_CIDR).await?.is_some() {
-        return Ok(());
-    }
-    let cidr: ServiceCIDR = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": VIP_SERVICE_CIDR},
-        "spec": {"cidrs": VIP_POOLS},
-    }))?;
-    api.create(&PostParams::default(), &cidr)
-        .await
-        .context("creating the VIP pools' ServiceCIDR")?;
+    ensure!(
+        api.get_opt(VIP_SERVICE_CIDR).await?.is_some(),
+        "no ServiceCIDR {VIP_SERVICE_CIDR} (config/kubernetes/servicecidr.yaml)"
+    );
     Ok(())
 }
 

@@ -80,7 +80,7 @@ pub async fn kube_proxy_routes_a_pinned_vip_between_members(set: &mut Clusterset
         "east's node got {got:?} from {served}"
     );
     let ns = "dp-pinned";
-    let vips: [IpAddr; 2] = ["243.255.255.5".parse()?, "fd00:c5e7:0:ffff::5".parse()?];
+    let vips: [IpAddr; 2] = ["243.255.255.5".parse()?, "fd00:c5e7::ffff:fff5".parse()?];
     let mut pods = Vec::new();
     let mut endpoints = [Vec::new(), Vec::new()];
     let mut exporters = BTreeSet::new();
@@ -135,28 +135,33 @@ pub async fn kube_proxy_routes_a_pinned_vip_between_members(set: &mut Clusterset
     Ok(())
 }
 
-/// Runs [`exercise`] with every member's replicas restarted in `mode`,
-/// then restarts them as the other scenarios run them.
-async fn routes(set: &mut Clusterset, mode: &str, ns: &str, offset: u32) -> Result<()> {
-    // First: the ServiceCIDR of the pools must exist before a derived
-    // Service is pinned in it.
+/// Runs [`exercise`] with every member's replicas in `mode`, then puts
+/// back the mode each ran before.
+async fn routes(set: &mut Clusterset, mode: &'static str, ns: &str, offset: u32) -> Result<()> {
     let plane = DataPlane::start(set).await?;
-    restart_members(set, &["--derived-services", mode]).await?;
+    let before: Vec<&'static str> = set.members.iter().map(|m| m.derived).collect();
+    for i in 0..set.members.len() {
+        restart_in(set, i, mode).await?;
+    }
     let result = exercise(set, &plane, mode, ns, offset).await;
     drop(plane);
-    restart_members(set, &[]).await?;
+    for (i, mode) in before.into_iter().enumerate() {
+        restart_in(set, i, mode).await?;
+    }
     result
 }
 
-/// Replaces every member's replicas by one running with `flags`.
-async fn restart_members(set: &mut Clusterset, flags: &[&str]) -> Result<()> {
-    for i in 0..set.members.len() {
-        for replica in set.members[i].replicas.drain(..) {
-            replica.kill();
-        }
-        set.add_replica_with(i, flags).await?;
+/// Replaces member `i`'s replicas with one in `mode`, unless they run in it.
+async fn restart_in(set: &mut Clusterset, i: usize, mode: &'static str) -> Result<()> {
+    let member = &mut set.members[i];
+    if member.derived == mode {
+        return Ok(());
     }
-    Ok(())
+    member.derived = mode;
+    for replica in member.replicas.drain(..) {
+        replica.kill();
+    }
+    set.add_replica(i).await
 }
 
 async fn exercise(
