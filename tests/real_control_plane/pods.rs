@@ -258,8 +258,8 @@ fn with_resolv_conf(command: &mut Command, resolv_conf: &Path) -> Result<()> {
 }
 
 /// Makes `/run/netns` a shared mount point, as `ip netns add` does the first
-/// time it runs (iproute2's `netns_add`), so a namespace named after kwok
-/// starts is seen in kwok's mount namespace too.
+/// time it runs, so a namespace named after kwok starts is seen in kwok's
+/// mount namespace too.
 fn share_netns_dir() -> Result<()> {
     use nix::mount::{MsFlags, mount};
     const DIR: &str = "/run/netns";
