@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real components the tests run, from the Go modules pinned in
-# tests/control-plane/go.mod (Kubernetes, etcd, mcs-api), tests/kwok/go.mod
+# tests/control-plane/go.mod (Kubernetes with kube-proxy for the data-plane
+# tests, etcd, mcs-api), tests/kwok/go.mod
 # (kwok, the kubelet stand-in) and tests/coredns/go.mod (CoreDNS), into
 # target/control-plane/ (or $CONTROL_PLANE_BIN); and the upstream MCS
 # conformance suite, unmodified, from the copy in the `shared/` folder beside
@@ -18,10 +19,11 @@ cd "$root/tests/control-plane"
 go build -o "$out/" ./etcd ./mcs-api-crds \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubectl
 cd "$root/tests/kwok"
-# kwok with one upstream file replaced (tests/kwok/_patch says why): Go
+# kwok with upstream files replaced (tests/kwok/_patch says why): Go
 # refuses overlays inside the module cache, so the pinned module is copied,
 # patched, and put in place of the module by a generated go.mod.
 kwok="$out/kwok-build"
@@ -29,7 +31,7 @@ rm -rf "$kwok" && mkdir -p "$kwok"
 go mod download sigs.k8s.io/kwok
 cp -r "$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)" "$kwok/src"
 chmod -R u+w "$kwok/src"
-cp _patch/debugging_exec_other.go "$kwok/src/pkg/kwok/server/"
+cp _patch/*.go "$kwok/src/pkg/kwok/server/"
 cp go.sum "$kwok/go.sum"
 { cat go.mod; echo "replace sigs.k8s.io/kwok => $kwok/src"; } >"$kwok/go.mod"
 go build -modfile "$kwok/go.mod" -o "$out/" ./kwok-stages sigs.k8s.io/kwok/cmd/kwok

@@ -17,9 +17,11 @@ mod broker_trust;
 mod check;
 mod clusterset;
 mod conformance;
+mod containers;
 mod control_plane;
 mod coredns_side;
 mod crd_versions;
+mod dataplane;
 mod derived;
 mod endpoints;
 mod exports;
@@ -167,6 +169,9 @@ async fn run(filters: &[String]) -> ExitCode {
         broker_trust::deletion::no_member_deletes_another_members_records,
         broker_trust::addresses::no_unroutable_address_reaches_an_answer,
         broker_trust::flood::a_flood_of_records_is_capped_and_changes_no_other_answer,
+        dataplane::routes::kube_proxy_routes_a_pinned_vip_between_members,
+        dataplane::routes::clusterset_vips_route_to_every_exporting_cluster,
+        dataplane::routes::per_cluster_vips_route_to_every_exporting_cluster,
     ];
     let chosen: Vec<_> = all
         .into_iter()
