@@ -23,6 +23,7 @@ use crate::engine::{EngineSettings, VipSource};
 use crate::index::serial::{self, SerialFile};
 use crate::index::{Index, ReverseZone};
 use crate::model::IpFamily;
+use crate::model::derived::DerivedServices;
 use crate::model::limits::Limits;
 use crate::model::trust::{Declared, Protected, Trust};
 use crate::plumbing::listen::Caps;
@@ -69,6 +70,22 @@ pub async fn assemble(args: &ServeArgs) -> anyhow::Result<Assembly> {
     build(args, false).await
 }
 
+/// `--derived-services clusterset` pins derived Services to the VIPs, and an
+/// API server allocates no ClusterIP from an IPv6 ServiceCIDR shorter than
+/// /64 (ARCHITECTURE.md, "Derived Services"): such a pool would pin no IPv6 VIP.
+fn pinnable_pools(args: &ServeArgs) -> anyhow::Result<()> {
+    let pool = args.clusterset.vip_pool_v6;
+    let pins_v6 = args.kubernetes.derived_services == DerivedServices::Clusterset
+        && args.clusterset.ip_families.contains(&IpFamily::IPv6);
+    anyhow::ensure!(
+        !pins_v6 || pool.prefix_len() >= 64,
+        "--vip-pool-v6 {pool} is shorter than /64, and an API server allocates no ClusterIP \
+         from such a ServiceCIDR, so --derived-services clusterset could pin no IPv6 VIP: \
+         give every member a /64 or longer (config/kubernetes/servicecidr.yaml holds fd00:c5e7::/64)"
+    );
+    Ok(())
+}
+
 /// [`assemble`] for `serve`: in embedded mode the index also keeps its SOA
 /// serial's ceiling in the serial file (`index/serial.rs`), so a restart
 /// never serves a lower serial. The read-only commands write nothing.
@@ -102,6 +119,7 @@ async fn build(args: &ServeArgs, serving: bool) -> anyhow::Result<Assembly> {
             )
         }
         SourceKind::Kubernetes => {
+            pinnable_pools(args)?;
             let connection = client::connect(&connection_settings(&args.kubernetes)).await?;
             // The namespaces of the broker's shared state and of this
             // program (where its leader Lease is) are protected too.

@@ -63,6 +63,14 @@ pub(crate) fn desired(
             }
             (vips, None)
         }
+        // Pinned to the VIPs before (`clusterset`, now `per-cluster`).
+        Some(kept)
+            if mode == DerivedServices::PerCluster
+                && !kept.ips.is_empty()
+                && kept.ips.iter().copied().eq(import.local_vips()) =>
+        {
+            return Desired::Replace;
+        }
         // Per cluster (or an import without VIPs): the API server allocates
         // once, and the allocated ClusterIPs are kept.
         Some(kept) => (kept.ips.to_vec(), None),

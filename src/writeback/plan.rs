@@ -1442,4 +1442,25 @@ mod tests {
         };
         assert!(!slices.iter().any(labelled));
     }
+
+    /// Issue 47: a member switched from `clusterset` to `per-cluster` makes
+    /// its derived Service again (a ClusterIP cannot change in place), so
+    /// that it gets a ClusterIP of its own range.
+    #[test]
+    fn a_pinned_derived_service_is_made_again_per_cluster() {
+        let mut world = World::new(&[IpFamily::IPv4]);
+        world.settings.derived = DerivedServices::Clusterset;
+        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
+        world.agreed(&["243.0.0.7"]);
+        let (write, _, _) = derived_plan(&mut world);
+        let pinned = write.unwrap().desired.unwrap();
+        listed(&*world.caches.local_services, vec![versioned(pinned)]);
+        let (write, _, _) = derived_plan(&mut world);
+        assert!(write.is_none(), "pinned and kept: {write:?}");
+
+        world.settings.derived = DerivedServices::PerCluster;
+        let (write, _, _) = derived_plan(&mut world);
+        let write = write.expect("deleted, to be made again");
+        assert!(write.desired.is_none() && write.actual.is_some());
+    }
 }

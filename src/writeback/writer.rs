@@ -298,6 +298,13 @@ impl Writer {
             (Err(WriteError::Api(kube::Error::Api(status))), Some(pinned))
                 if status.code == 422 =>
             {
+                // The API server allocates before it checks the name: a
+                // Service written by an earlier round the cache has not seen
+                // yet holds the VIPs and answers 422, not 409. Planned again
+                // once the watch shows it.
+                if api.get_opt(&name).await?.is_some() {
+                    return Err(WriteError::Waiting(plan::UNLISTED_WAIT));
+                }
                 let why = status.message;
                 tracing::warn!(
                     service = %key, derived = %name, reason = %why,

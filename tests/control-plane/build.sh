@@ -23,7 +23,7 @@ go build -o "$out/" ./etcd ./mcs-api-crds \
     k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubectl
 cd "$root/tests/kwok"
-# kwok with one upstream file replaced (tests/kwok/_patch says why): Go
+# kwok with upstream files replaced (tests/kwok/_patch says why): Go
 # refuses overlays inside the module cache, so the pinned module is copied,
 # patched, and put in place of the module by a generated go.mod.
 kwok="$out/kwok-build"
@@ -31,7 +31,7 @@ rm -rf "$kwok" && mkdir -p "$kwok"
 go mod download sigs.k8s.io/kwok
 cp -r "$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)" "$kwok/src"
 chmod -R u+w "$kwok/src"
-cp _patch/debugging_exec_other.go "$kwok/src/pkg/kwok/server/"
+cp _patch/*.go "$kwok/src/pkg/kwok/server/"
 cp go.sum "$kwok/go.sum"
 { cat go.mod; echo "replace sigs.k8s.io/kwok => $kwok/src"; } >"$kwok/go.mod"
 go build -modfile "$kwok/go.mod" -o "$out/" ./kwok-stages sigs.k8s.io/kwok/cmd/kwok

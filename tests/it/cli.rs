@@ -221,3 +221,23 @@ fn a_metrics_port_taken_is_a_start_up_error() {
         "{stderr}"
     );
 }
+
+/// Issue 47: an IPv6 VIP pool no ServiceCIDR can serve (shorter than /64)
+/// with `--derived-services clusterset` is refused at start, naming the flag.
+#[test]
+fn a_vip_pool_no_servicecidr_can_hold_is_an_error_in_clusterset_mode() {
+    let args = [
+        "serve",
+        "--source",
+        "kubernetes",
+        "--derived-services",
+        "clusterset",
+    ];
+    let output = run_binary(&args);
+    assert!(!output.status.success(), "the default /48 must be refused");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--vip-pool-v6 fd00:c5e7::/48 is shorter than /64"),
+        "{stderr}"
+    );
+}

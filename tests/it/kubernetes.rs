@@ -1197,3 +1197,83 @@ async fn conflicting_ports_back_no_traffic_in_the_clusters_that_define_them_diff
         .await;
     }
 }
+
+/// Issue 47 (ARCHITECTURE.md, "Derived Services"): with `--derived-services
+/// clusterset`, every member writes one selectorless derived Service per
+/// ClusterSetIP import, pinned to the agreed VIP and owned by its
+/// ServiceImport, labels the MCS slices with its name (what kube-proxy
+/// follows, KEP-1645 "Tracking Endpoints"), and deletes it with the import.
+/// The name keeps answering the VIP, which the derived Service now holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn derived_services_follow_the_import_in_every_member() {
+    use k8s_openapi::api::core::v1::Service;
+    let set = KubeClusterset::three(&["--derived-services", "clusterset"]).await;
+    let east = export_web_from_east(&set);
+    let vip = agreed_vip(&set, "shop", "web").await;
+    everywhere(&set, WEB, RecordType::A, Outcome::Ips([vip].into())).await;
+    let derived = |id: &str| -> Vec<Service> {
+        let services: Vec<Service> = set.member(id).api.list(Some("shop"));
+        let derived = |s: &Service| {
+            s.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("derived-"))
+        };
+        services.into_iter().filter(derived).collect()
+    };
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: MCS slice"),
+            east.clone(),
+            || async { set.mcs_slices(id, "shop", "web") },
+        )
+        .await;
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: one derived Service"),
+            1,
+            || async { derived(id).len() },
+        )
+        .await;
+        let service = derived(id).remove(0);
+        let name = service.metadata.name.clone().unwrap();
+        let spec = service.spec.clone().unwrap();
+        assert_eq!(
+            spec.cluster_ips,
+            Some(vec![vip.to_string()]),
+            "{id}: pinned"
+        );
+        assert_eq!(spec.selector, None, "{id}: no selector");
+        let import = set.import(id, "shop", "web").unwrap();
+        let owner = &service.metadata.owner_references.clone().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("ServiceImport", import.metadata.uid.as_deref().unwrap())
+        );
+        let annotations = import.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations["multicluster.kubernetes.io/derived-service"],
+            name
+        );
+        for slice in set.mcs_slice_objects(id, "shop", "web") {
+            let labels = slice.metadata.labels.unwrap_or_default();
+            assert_eq!(labels["kubernetes.io/service-name"], name, "{id}");
+        }
+    }
+    // The member's own slices are still its Service's alone: east's answer
+    // and MCS slices did not pick up the mirrored ones.
+    assert_eq!(set.mcs_slices("east", "shop", "web"), east);
+
+    set.unexport("east", "shop", "web");
+    everywhere(&set, WEB, RecordType::A, Outcome::NxDomain).await;
+    for id in ALL {
+        eventually_within(
+            CONVERGE,
+            &format!("{id}: derived Service deleted"),
+            0,
+            || async { derived(id).len() },
+        )
+        .await;
+    }
+}

@@ -6,9 +6,17 @@
 //! cluster through `kubectl exec`, which asks the cluster's CoreDNS (the
 //! shipped stanza forwarding `clusterset.local` to the member's replicas).
 //!
-//! The Connectivity specs are left out by label: they send traffic to the
-//! clusterset IPs, which needs a data plane (kube-proxy or a CNI programmed
-//! for them); a DNS server provides none. Every other spec must pass.
+//! The Connectivity specs send traffic to the clusterset IPs, so the suite
+//! runs on the test's data plane (`dataplane/`). The members run with
+//! `--derived-services clusterset`, as every scenario's do: each member's
+//! derived Service holds the one clusterset VIP, so the DNS specs see the
+//! same answers in every member and stock kube-proxy routes that VIP to
+//! every exporting cluster's Pods. The request Pod's
+//! `kubectl exec` runs in its member's node network namespace, where the
+//! member's kube-proxy programs the derived Services' IPs, and resolves
+//! through the cluster's CoreDNS on the node's host address
+//! ([`ExecInNode`]); the hello Pods' socat scripts listen on their Pod IPs
+//! (`containers.rs`). Every spec must pass.
 //!
 //! The suite is built by `tests/control-plane/build.sh` from the copy in the
 //! `shared/` folder beside the checkout; without it the scenario is skipped
@@ -26,19 +34,26 @@ use serde::Deserialize;
 
 use crate::Skipped;
 use crate::clusterset::Clusterset;
+use crate::containers::{self, Cluster};
 use crate::control_plane::{Process, bin_dir};
 use crate::coredns_side::{ask, cluster_coredns};
+use crate::dataplane::DataPlane;
+use crate::pods::ExecInNode;
 
 /// The suite's test binary (`go test -c`), in the control plane's folder.
 const SUITE: &str = "mcs-conformance.test";
-/// Specs needing a data plane, left out.
-const LEFT_OUT: &str = "Connectivity";
-/// What the Pods' commands run on this machine (kwok runs them as local
-/// processes): the suite's `sh -c "nslookup ..."` and `nc`.
-const POD_TOOLS: [(&str, &str); 3] = [
+/// What the Pods' commands run on this machine (kwok and `containers.rs`
+/// run them as local processes): the suite's `sh -c "nslookup ..."`, `nc`
+/// and the hello Pods' socat scripts; and what puts them in their
+/// namespaces.
+const POD_TOOLS: [(&str, &str); 7] = [
     ("sh", "dash"),
     ("nslookup", "bind9-dnsutils"),
     ("nc", "netcat-openbsd"),
+    ("socat", "socat"),
+    ("awk", "mawk"),
+    ("nsenter", "util-linux"),
+    ("unshare", "util-linux"),
 ];
 
 /// The suite's `report.yaml`: specs grouped by `Required` / `Optional`.
@@ -68,7 +83,8 @@ struct Spec {
     message: String,
 }
 
-/// Every Required and Optional spec but the Connectivity ones passes.
+/// Every Required and Optional spec passes, the Connectivity ones included
+/// (KEP-1645: a clusterset IP reaches the exporting clusters' endpoints).
 pub async fn the_upstream_conformance_suite_passes(set: &mut Clusterset) -> Result<()> {
     let suite = bin_dir().join(SUITE);
     if !suite.exists() {
@@ -86,19 +102,40 @@ pub async fn the_upstream_conformance_suite_passes(set: &mut Clusterset) -> Resu
             "`{tool}` is missing: the Pods' commands run on this machine (Debian package {package})"
         );
     }
-    let _dns = cluster_dns(set).await?;
+    let data_plane = DataPlane::start(set).await?;
+    on_the_data_plane(set, &data_plane, &suite).await
+}
+
+/// The suite run with kwok's exec in each member's node, the cluster DNS
+/// where the node reaches it, and the hello Pods' containers running.
+async fn on_the_data_plane(set: &Clusterset, data_plane: &DataPlane, suite: &Path) -> Result<()> {
+    let mut exec_in_nodes = Vec::new();
+    let mut clusters = Vec::new();
+    for (i, member) in set.members.iter().enumerate() {
+        let (host, _) = data_plane.host_addresses(i);
+        exec_in_nodes.push(ExecInNode::enter(
+            &member.plane.dir,
+            data_plane.node_netns(i),
+            host.into(),
+            member.cluster_dns,
+        )?);
+        clusters.push(Cluster {
+            client: member.admin.clone(),
+            logs: member.plane.dir.clone(),
+        });
+    }
+    let _dns = cluster_dns(set, data_plane).await?;
     let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/mcs-conformance");
     std::fs::create_dir_all(&kept)?;
     let kubeconfig = kubeconfig(set)?;
     let contexts: Vec<&str> = set.members.iter().map(|m| m.id.as_str()).collect();
     let log = kept.join("suite.log");
     let out = std::fs::File::create(&log)?;
-    let status = tokio::process::Command::new(&suite)
+    let suite_run = tokio::process::Command::new(suite)
         .current_dir(&kept)
         .args([
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--contexts={}", contexts.join(",")),
-            format!("--ginkgo.label-filter=!{LEFT_OUT}"),
             "--ginkgo.v".into(),
             "--ginkgo.no-color".into(),
             "--project=clusterset-dns".into(),
@@ -108,9 +145,14 @@ pub async fn the_upstream_conformance_suite_passes(set: &mut Clusterset) -> Resu
         .stdout(out.try_clone()?)
         .stderr(out)
         .kill_on_drop(true)
-        .status()
-        .await
-        .with_context(|| format!("running {}", suite.display()))?;
+        .status();
+    let status = tokio::select! {
+        status = suite_run => status.with_context(|| format!("running {}", suite.display()))?,
+        failed = containers::run(data_plane, &clusters) => {
+            let Err(failed) = failed;
+            return Err(failed.context("the hello Pods' containers"));
+        }
+    };
     let report: Report = serde_yaml_ng::from_str(
         &std::fs::read_to_string(kept.join("report.yaml"))
             .with_context(|| format!("the suite wrote no report; its log: {}", log.display()))?,
@@ -161,10 +203,6 @@ fn summarize(report: &Report) -> (String, Vec<String>) {
         for spec in &group.tests {
             let (mark, why) = match (spec.passed, spec.skipped) {
                 (true, _) => ("passed ", String::new()),
-                (false, true) if spec.labels.iter().any(|l| l == LEFT_OUT) => (
-                    "skipped",
-                    " (needs a data plane for clusterset IPs)".to_owned(),
-                ),
                 (false, true) => ("skipped", spec.message.clone()),
                 (false, false) => ("FAILED ", spec.message.clone()),
             };
@@ -174,8 +212,7 @@ fn summarize(report: &Report) -> (String, Vec<String>) {
                 spec.labels.join(","),
                 spec.desc
             );
-            let excused = spec.skipped && spec.labels.iter().any(|l| l == LEFT_OUT);
-            if !spec.passed && !excused {
+            if !spec.passed {
                 wrong.push(format!("  {} [{}]{why}", spec.desc, group.name));
             }
         }
@@ -186,13 +223,16 @@ fn summarize(report: &Report) -> (String, Vec<String>) {
     (text, wrong)
 }
 
-/// Each member's cluster DNS on its Pods' `nameserver` address, port 53,
-/// forwarding `clusterset.local` to the member's replicas; waits until each
-/// answers the cluster's own `kubernetes` Service.
-async fn cluster_dns(set: &Clusterset) -> Result<Vec<Process>> {
+/// Each member's cluster DNS on its Pods' `nameserver` address, port 53:
+/// the host end of its node's link, which the node reaches (a kube-dns
+/// ClusterIP would be the cluster's own shape; an address the node routes to
+/// directly needs no Service of the test's own). It forwards
+/// `clusterset.local` to the member's replicas; waits until each answers the
+/// cluster's own `kubernetes` Service.
+async fn cluster_dns(set: &Clusterset, data_plane: &DataPlane) -> Result<Vec<Process>> {
     let mut servers = Vec::new();
-    for member in &set.members {
-        let at = SocketAddr::from((member.cluster_dns, 53));
+    for (i, member) in set.members.iter().enumerate() {
+        let at = SocketAddr::from((data_plane.host_addresses(i).0, 53));
         let upstreams: Vec<SocketAddr> = member.replicas.iter().map(|r| r.dns).collect();
         let mut process = cluster_coredns(member, at, &upstreams)?;
         let mut answered = false;

@@ -382,10 +382,12 @@ impl ControlPlane {
                 // with its own ServiceAccount credentials, as in a cluster.
                 // service-cidr-controller makes an added ServiceCIDR Ready
                 // (and deletable), which pinning a derived Service to the
-                // VIPs needs (KEP-1880).
+                // VIPs needs (KEP-1880); the policy status controller
+                // type-checks the admission policies (`security.rs`).
                 "--controllers=garbagecollector,namespace,endpointslice,\
                  endpointslicemirroring,serviceaccount,serviceaccount-token,\
-                 deployment,replicaset,statefulset,service-cidr-controller"
+                 deployment,replicaset,statefulset,service-cidr-controller,\
+                 validatingadmissionpolicy-status-controller"
                     .into(),
                 "--use-service-account-credentials=true".into(),
                 format!(

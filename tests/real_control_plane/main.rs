@@ -17,6 +17,7 @@ mod broker_trust;
 mod check;
 mod clusterset;
 mod conformance;
+mod containers;
 mod control_plane;
 mod coredns_side;
 mod crd_versions;

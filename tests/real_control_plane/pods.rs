@@ -7,16 +7,20 @@
 //! rest. `kubectl exec` into such a Pod runs the command as a local process
 //! of kwok's, in a mount namespace of its own whose `/etc/resolv.conf` is the
 //! one a kubelet writes for a Pod (`dnsPolicy: ClusterFirst`): the cluster's
-//! DNS server, its search path and `ndots:5`.
+//! DNS server, its search path and `ndots:5`. While an [`ExecInNode`] stands,
+//! those processes run in the network namespace of the member's node of the
+//! test's data plane instead (kwok patched, `tests/kwok/_patch`), where its
+//! kube-proxy programs Service IPs, and resolve through a nameserver the node
+//! reaches.
 //!
 //! The Pods the other scenarios make by hand, on `node-1` with the status
 //! they set, are none of kwok's: it manages only its own Node.
 
 use std::ffi::CString;
 use std::fs;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -31,6 +35,11 @@ use crate::control_plane::{Process, bin_dir, run};
 
 /// The one Node kwok runs Pods on.
 pub const KWOK_NODE: &str = "kwok-node";
+/// The link, in the control plane's folder, kwok's exec follows into a
+/// network namespace (`$KWOK_EXEC_NETNS`): absent, commands run in kwok's own.
+const NODE_NETNS: &str = "node-netns";
+/// The Pods' resolv.conf, in the control plane's folder.
+const RESOLV_CONF: &str = "pod-resolv.conf";
 /// The annotation that hands a Node to kwok (its `--manage-nodes-with-annotation-selector`).
 const KWOK_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
 
@@ -90,14 +99,8 @@ impl PodRunner {
         );
         let config_file = dir.join("kwok.yaml");
         fs::write(&config_file, config)?;
-        let resolv_conf = dir.join("pod-resolv.conf");
-        fs::write(
-            &resolv_conf,
-            format!(
-                "search svc.cluster.local cluster.local\nnameserver {}\noptions ndots:5\n",
-                network.dns
-            ),
-        )?;
+        let resolv_conf = dir.join(RESOLV_CONF);
+        fs::write(&resolv_conf, resolv_conf_text(network.dns.into()))?;
         let port = free_port().port();
         let mut command = Command::new(bins.join("kwok"));
         command.args([
@@ -113,6 +116,7 @@ impl PodRunner {
             format!("--tls-cert-file={}", serving.0.display()),
             format!("--tls-private-key-file={}", serving.1.display()),
         ]);
+        command.env("KWOK_EXEC_NETNS", dir.join(NODE_NETNS));
         with_resolv_conf(&mut command, &resolv_conf)?;
         let kwok = Process::spawn_command("kwok", command, &dir.join("kwok.log"))?;
         let mut runner = Self { scheduler, kwok };
@@ -174,11 +178,62 @@ impl PodRunner {
     }
 }
 
+/// A kubelet's resolv.conf for a `ClusterFirst` Pod of a cluster whose DNS
+/// server is `nameserver`.
+fn resolv_conf_text(nameserver: IpAddr) -> String {
+    format!("search svc.cluster.local cluster.local\nnameserver {nameserver}\noptions ndots:5\n")
+}
+
+/// While it stands, `kubectl exec` into the Pods of one control plane runs in
+/// a node's network namespace and resolves through `nameserver`; dropped,
+/// both are as [`PodRunner::start`] made them.
+pub struct ExecInNode {
+    dir: PathBuf,
+    loopback_dns: Ipv4Addr,
+}
+
+impl ExecInNode {
+    /// Points the exec of the Pod runner whose folder is `dir` (the control
+    /// plane's) at the network namespace `netns` (a name in `/run/netns`, as
+    /// `ip netns` keeps them) and the Pods' resolv.conf at `nameserver`;
+    /// `loopback_dns` is the nameserver the runner started with.
+    pub fn enter(
+        dir: &Path,
+        netns: &str,
+        nameserver: IpAddr,
+        loopback_dns: Ipv4Addr,
+    ) -> Result<Self> {
+        let link = dir.join(NODE_NETNS);
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(Path::new("/run/netns").join(netns), &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+        // Written in place: kwok's mount namespace binds this very file.
+        fs::write(dir.join(RESOLV_CONF), resolv_conf_text(nameserver))?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            loopback_dns,
+        })
+    }
+}
+
+impl Drop for ExecInNode {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(self.dir.join(NODE_NETNS));
+        let _ = fs::write(
+            self.dir.join(RESOLV_CONF),
+            resolv_conf_text(self.loopback_dns.into()),
+        );
+    }
+}
+
 /// Runs `command` in a mount namespace of its own whose `/etc/resolv.conf`
 /// is `resolv_conf`, so the processes kwok starts for `kubectl exec` resolve
-/// names as a Pod does, and nothing outside sees the change.
+/// names as a Pod does, and nothing outside sees the change. Network
+/// namespaces named later (`ip netns add`, bind mounts in `/run/netns`) do
+/// reach it, so that its exec can enter a node's ([`ExecInNode`]).
 fn with_resolv_conf(command: &mut Command, resolv_conf: &Path) -> Result<()> {
     use nix::mount::{MsFlags, mount};
+    share_netns_dir()?;
     let source = CString::new(resolv_conf.as_os_str().as_encoded_bytes())?;
     let none: Option<&str> = None;
     // SAFETY: unshare and mount are system calls; nothing is allocated
@@ -186,8 +241,9 @@ fn with_resolv_conf(command: &mut Command, resolv_conf: &Path) -> Result<()> {
     unsafe {
         command.pre_exec(move || {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
-            // Mounts made here stay here.
-            mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)?;
+            // Mounts made here stay here; shared mounts outside (such as
+            // `/run/netns`) still pass theirs in.
+            mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_SLAVE, none)?;
             mount(
                 Some(source.as_c_str()),
                 "/etc/resolv.conf",
@@ -197,6 +253,30 @@ fn with_resolv_conf(command: &mut Command, resolv_conf: &Path) -> Result<()> {
             )?;
             Ok(())
         });
+    }
+    Ok(())
+}
+
+/// Makes `/run/netns` a shared mount point, as `ip netns add` does the first
+/// time it runs, so a namespace named after kwok starts is seen in kwok's
+/// mount namespace too.
+fn share_netns_dir() -> Result<()> {
+    use nix::mount::{MsFlags, mount};
+    const DIR: &str = "/run/netns";
+    let none: Option<&str> = None;
+    fs::create_dir_all(DIR)?;
+    if mount(none, DIR, none, MsFlags::MS_SHARED | MsFlags::MS_REC, none).is_err() {
+        // Not a mount point yet: bind it on itself, then share it.
+        mount(
+            Some(DIR),
+            DIR,
+            none,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            none,
+        )
+        .context("binding /run/netns on itself")?;
+        mount(none, DIR, none, MsFlags::MS_SHARED | MsFlags::MS_REC, none)
+            .context("making /run/netns shared")?;
     }
     Ok(())
 }

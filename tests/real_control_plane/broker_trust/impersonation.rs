@@ -2,7 +2,7 @@
 //! another cluster, another cluster's record made older, names no cluster
 //! may export.
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::{ATTACKER, NS, Paused, defend, forged, labels, logged, record, refused, update, wests};
 use crate::check::{AFTER_ATTACK, fqdn};
-use crate::clusterset::{BROKER_NAMESPACE, Clusterset, kubectl, member_broker_client};
+use crate::clusterset::{BROKER_NAMESPACE, Clusterset, member_broker_client};
+use crate::security::type_checks_cleanly;
 use crate::workloads::imports;
 
 const SERVICE: &str = "name";
@@ -34,22 +35,7 @@ pub async fn no_member_writes_as_another_or_takes_a_protected_name(
 ) -> Result<()> {
     // The broker is east's API server; the policy type-checks cleanly
     // against every kind it matches.
-    let policy = kubectl(
-        &set.member("east").plane,
-        &[
-            "get",
-            "validatingadmissionpolicy",
-            "clusterset-broker-ownership",
-            "-o",
-            "json",
-        ],
-    )?;
-    let policy: Value = serde_json::from_str(&policy)?;
-    let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
-    ensure!(
-        warnings.is_null() || warnings.as_array().is_some_and(Vec::is_empty),
-        "the policy's CEL type-checks cleanly: {warnings}"
-    );
+    type_checks_cleanly(set.member("east"), "clusterset-broker-ownership").await?;
 
     let protected = [
         ("kube-dns", "kube-system"),

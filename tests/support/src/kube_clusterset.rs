@@ -326,7 +326,12 @@ impl KubeClusterset {
                     Some("clusterset-dns.io"),
                     "MCS slices are labelled as ours"
                 );
-                assert!(!labels.contains_key("kubernetes.io/service-name"));
+                // A Service's own label only for a derived Service (issue 47).
+                let service = labels.get("kubernetes.io/service-name");
+                assert!(
+                    service.is_none_or(|s| s.starts_with("derived-")),
+                    "{service:?}"
+                );
                 let source = labels
                     .get("multicluster.kubernetes.io/source-cluster")?
                     .clone();
