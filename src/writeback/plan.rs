@@ -1311,6 +1311,15 @@ mod tests {
         assert_eq!(out[0].reason, "Valid");
     }
 
+    /// `HERE` exports `key()` (VIP `243.0.0.7`) and runs with `mode`.
+    fn web_exported_here(mode: DerivedServices) -> World {
+        let mut world = World::new(&[IpFamily::IPv4]);
+        world.settings.derived = mode;
+        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
+        world.agreed(&["243.0.0.7"]);
+        world
+    }
+
     /// The derived Service `HERE` writes for `key()` once its import is
     /// written (uid `import-uid`), and the MCS slices' labels.
     fn derived_plan(world: &mut World) -> (Option<Write<Service>>, Vec<EndpointSlice>, Local) {
@@ -1376,10 +1385,7 @@ mod tests {
     /// ServiceImport lists, with `Ready=True` reason `VIPNotPinned`.
     #[test]
     fn a_refused_pin_keeps_the_allocated_clusterip_and_says_why() {
-        let mut world = World::new(&[IpFamily::IPv4]);
-        world.settings.derived = DerivedServices::Clusterset;
-        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
-        world.agreed(&["243.0.0.7"]);
+        let mut world = web_exported_here(DerivedServices::Clusterset);
         let (write, _, _) = derived_plan(&mut world);
         let pinned = write.unwrap().desired.unwrap();
         let why = "failed to allocate IP 243.0.0.7: provided IP is already allocated";
@@ -1408,10 +1414,7 @@ mod tests {
     /// headless import gets no derived Service, and one written before goes.
     #[test]
     fn a_per_cluster_derived_service_keeps_its_allocated_clusterip() {
-        let mut world = World::new(&[IpFamily::IPv4]);
-        world.settings.derived = DerivedServices::PerCluster;
-        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
-        world.agreed(&["243.0.0.7"]);
+        let mut world = web_exported_here(DerivedServices::PerCluster);
         let (write, _, _) = derived_plan(&mut world);
         let mut service = write.unwrap().desired.unwrap();
         let spec = service.spec.as_mut().unwrap();
@@ -1448,10 +1451,7 @@ mod tests {
     /// that it gets a ClusterIP of its own range.
     #[test]
     fn a_pinned_derived_service_is_made_again_per_cluster() {
-        let mut world = World::new(&[IpFamily::IPv4]);
-        world.settings.derived = DerivedServices::Clusterset;
-        world.exports(HERE, 1, &["10.0.0.1"], &[("http", 80)]);
-        world.agreed(&["243.0.0.7"]);
+        let mut world = web_exported_here(DerivedServices::Clusterset);
         let (write, _, _) = derived_plan(&mut world);
         let pinned = write.unwrap().desired.unwrap();
         listed(&*world.caches.local_services, vec![versioned(pinned)]);
