@@ -7,6 +7,9 @@
 #
 # Env (defaults):
 #   SERVICES=100000 HEADLESS=10000 ENDPOINTS=34 CLUSTERS=3   the clusterset
+#   CSIP_ENDPOINTS=0       ready endpoints (one slice) of each ClusterSetIP service
+#                          per cluster; with DERIVED=clusterset their MCS slices
+#                          are the ones labelled with the derived Service
 #   RUNNING=$CLUSTERS      members that run through every phase (c1..cR); the
 #                          other clusters each run their member once beforehand,
 #                          WAVE=8 at a time, to publish, then stop (their

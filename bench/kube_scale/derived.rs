@@ -73,14 +73,21 @@ pub async fn count(apis: &ApiServers, started: &[Started], run: &str) -> Vec<Der
             misnamed: 0,
             mcs_slices: 0,
             labelled_slices: 0,
-            service_writes: s.traffic.own.writes_by_resource.get("services").copied().unwrap_or(0),
+            service_writes: s
+                .traffic
+                .own
+                .writes_by_resource
+                .get("services")
+                .copied()
+                .unwrap_or(0),
         };
         let services: Api<Service> = Api::all(client.clone());
         each_page(&services, DERIVED_SERVICES, |page| {
             for svc in &page.items {
                 d.services += 1;
                 let annotations = svc.metadata.annotations.as_ref();
-                d.not_pinned += usize::from(annotations.is_some_and(|a| a.contains_key(NOT_PINNED)));
+                d.not_pinned +=
+                    usize::from(annotations.is_some_and(|a| a.contains_key(NOT_PINNED)));
                 let name = svc.metadata.name.as_deref().unwrap_or_default();
                 let hex = name.strip_prefix("derived-").unwrap_or_default();
                 let named = hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit());

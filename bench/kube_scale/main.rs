@@ -79,7 +79,10 @@ async fn main() {
     );
     if p.derived.is_some() {
         let counted = derived::count(&apis, &fresh.results, "fresh").await;
-        raw.insert("derived_fresh".into(), serde_json::to_value(&counted).unwrap());
+        raw.insert(
+            "derived_fresh".into(),
+            serde_json::to_value(&counted).unwrap(),
+        );
     }
     let broker = apis.broker.stored(Some(BROKER_NAMESPACE));
     phases::print_broker(&broker);
@@ -111,7 +114,10 @@ async fn main() {
     );
     if p.derived.is_some() {
         let counted = derived::count(&apis, &restart.results, "restart").await;
-        raw.insert("derived_restart".into(), serde_json::to_value(&counted).unwrap());
+        raw.insert(
+            "derived_restart".into(),
+            serde_json::to_value(&counted).unwrap(),
+        );
     }
     api_servers_line(started);
     phases::stop(restart.members);

@@ -95,7 +95,12 @@ impl MemberProcess {
             .args(["--listen", &dns.to_string()])
             .args(["--metrics-listen", "127.0.0.1:0", "--udp-workers", "1"])
             .args(["--log-level", "info"])
-            .args(derived.map(|mode| ["--derived-services", mode]).into_iter().flatten())
+            .args(
+                derived
+                    .map(|mode| ["--derived-services", mode])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)

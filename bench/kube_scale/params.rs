@@ -67,6 +67,7 @@ impl Params {
             env_or("SERVICES", 100_000),
             env_or("HEADLESS", 10_000),
             env_or("ENDPOINTS", 34),
+            env_or("CSIP_ENDPOINTS", 0),
             env_or("CLUSTERS", 3),
         );
         let running = env_or("RUNNING", lay.clusters);
@@ -116,6 +117,8 @@ fn derived() -> Option<String> {
     match env_or("DERIVED", "none".to_owned()).as_str() {
         "none" => None,
         "clusterset" => Some("clusterset".to_owned()),
-        other => panic!("DERIVED={other:?}: none or clusterset (bench/README.md says why not per-cluster)"),
+        other => panic!(
+            "DERIVED={other:?}: none or clusterset (bench/README.md says why not per-cluster)"
+        ),
     }
 }
