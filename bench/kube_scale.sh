@@ -7,6 +7,9 @@
 #
 # Env (defaults):
 #   SERVICES=100000 HEADLESS=10000 ENDPOINTS=34 CLUSTERS=3   the clusterset
+#   CSIP_ENDPOINTS=0       ready endpoints (one slice) of each ClusterSetIP service
+#                          per cluster; with DERIVED=clusterset their MCS slices
+#                          are the ones labelled with the derived Service
 #   RUNNING=$CLUSTERS      members that run through every phase (c1..cR); the
 #                          other clusters each run their member once beforehand,
 #                          WAVE=8 at a time, to publish, then stop (their
@@ -21,6 +24,12 @@
 #   WORK=/tmp/clusterset-bench/kube-scale
 #   MEMBER_BIN             the members' binary (default: this tree's release
 #                          build): another build, to compare in the same hour
+#   DERIVED=none          the members' --derived-services (issue 47): none, or
+#                          clusterset (each member writes a derived Service per
+#                          ClusterSetIP import, pinned to its VIP, and labels its
+#                          MCS slices with it; a table counts them after each
+#                          start). Not per-cluster: the probes expect the VIP, and
+#                          the fake API server allocates from one /16 unchecked
 #   HEAP=0    1: the first member runs under heaptrack (heaptracked.sh), built
 #             with the system allocator (see heap.sh); its row's figures then
 #             include heaptrack's cost, and its heap profiles (fresh start,

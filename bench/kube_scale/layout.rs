@@ -23,21 +23,37 @@ pub struct Layout {
     pub headless: usize,
     /// Ready endpoints of each headless service in each cluster.
     pub endpoints: usize,
+    /// Ready endpoints of each ClusterSetIP service in each cluster
+    /// (`CSIP_ENDPOINTS`, default 0 as in gen_clusterset.py): with derived
+    /// Services on, their MCS slices are the ones labelled with a derived
+    /// Service, so a run can show that label is written.
+    pub csip_endpoints: usize,
     pub clusters: usize,
 }
 
 impl Layout {
     /// Checks the address blocks fit, as gen_clusterset.py does.
-    pub fn new(services: usize, headless: usize, endpoints: usize, clusters: usize) -> Self {
+    pub fn new(
+        services: usize,
+        headless: usize,
+        endpoints: usize,
+        csip_endpoints: usize,
+        clusters: usize,
+    ) -> Self {
         let lay = Self {
             services,
             headless,
             endpoints,
+            csip_endpoints,
             clusters,
         };
         assert!(
-            headless * endpoints <= lay.pod_block() as usize,
-            "HEADLESS x ENDPOINTS does not fit 10.0.0.0/8 split in {clusters}"
+            headless * endpoints + services * csip_endpoints <= lay.pod_block() as usize,
+            "HEADLESS x ENDPOINTS + SERVICES x CSIP_ENDPOINTS does not fit 10.0.0.0/8 split in {clusters}"
+        );
+        assert!(
+            csip_endpoints <= SLICE_MAX,
+            "CSIP_ENDPOINTS: one slice each, at most {SLICE_MAX}"
         );
         assert!(
             services <= lay.svc_block() as usize,
@@ -75,6 +91,13 @@ impl Layout {
         Ipv4Addr::from(POD_BASE + ci as u32 * self.pod_block() + (h * self.endpoints + j) as u32)
     }
 
+    /// Endpoint `j` of ClusterSetIP service `i` in cluster `ci`: past the
+    /// headless services' endpoints in the cluster's block.
+    fn csip_pod_ip(&self, ci: usize, i: usize, j: usize) -> Ipv4Addr {
+        let offset = self.headless * self.endpoints + i * self.csip_endpoints + j;
+        Ipv4Addr::from(POD_BASE + ci as u32 * self.pod_block() + offset as u32)
+    }
+
     /// Endpoints with an even index have a hostname, the others none.
     pub fn hostname(h: usize, j: usize) -> Option<String> {
         (j % 2 == 0).then(|| format!("hl-{h}-{j}"))
@@ -96,10 +119,19 @@ impl Layout {
         let services = (0..self.services).flat_map(move |i| {
             let (ns, name) = Self::csip(i);
             let ip = self.cluster_ip(ci, i).to_string();
-            [
+            let mut docs = vec![
                 cluster_ip(&ns, &name, &[&ip]),
                 export(&ns, &name).created(&created(ci)),
-            ]
+            ];
+            if self.csip_endpoints > 0 {
+                let endpoints: Vec<_> = (0..self.csip_endpoints)
+                    .map(|j| ep(&self.csip_pod_ip(ci, i, j).to_string()))
+                    .collect();
+                let ports = json!([{"name": "http", "port": 80, "protocol": "TCP"}]);
+                let slice_name = format!("{name}-{}", Self::cluster(ci));
+                docs.push(slice(&ns, &slice_name, &name, &endpoints).set("ports", ports));
+            }
+            docs
         });
         let headless = (0..self.headless).flat_map(move |h| self.headless_objects(ci, h));
         namespaces.chain(services).chain(headless)

@@ -12,6 +12,7 @@
 
 mod apis;
 mod churn;
+mod derived;
 mod layout;
 mod member;
 mod params;
@@ -76,6 +77,13 @@ async fn main() {
         "fresh".into(),
         serde_json::to_value(&fresh.results).unwrap(),
     );
+    if p.derived.is_some() {
+        let counted = derived::count(&apis, &fresh.results, "fresh").await;
+        raw.insert(
+            "derived_fresh".into(),
+            serde_json::to_value(&counted).unwrap(),
+        );
+    }
     let broker = apis.broker.stored(Some(BROKER_NAMESPACE));
     phases::print_broker(&broker);
     raw.insert("broker".into(), serde_json::to_value(&broker).unwrap());
@@ -104,6 +112,13 @@ async fn main() {
         "restart".into(),
         serde_json::to_value(&restart.results).unwrap(),
     );
+    if p.derived.is_some() {
+        let counted = derived::count(&apis, &restart.results, "restart").await;
+        raw.insert(
+            "derived_restart".into(),
+            serde_json::to_value(&counted).unwrap(),
+        );
+    }
     api_servers_line(started);
     phases::stop(restart.members);
 

@@ -50,9 +50,16 @@ pub struct MemberProcess {
 }
 
 impl MemberProcess {
-    /// Spawns the binary for cluster `id`, logging to `log`.
-    pub fn spawn(bin: &str, id: &str, kubeconfigs: &Kubeconfigs, log: &Path) -> Self {
-        Self::spawn_under(&[], bin, id, kubeconfigs, log)
+    /// Spawns the binary for cluster `id`, logging to `log`, with
+    /// `--derived-services derived` when that is given.
+    pub fn spawn(
+        bin: &str,
+        id: &str,
+        kubeconfigs: &Kubeconfigs,
+        log: &Path,
+        derived: Option<&str>,
+    ) -> Self {
+        Self::spawn_under(&[], bin, id, kubeconfigs, log, derived)
     }
 
     /// Spawns the binary for cluster `id` under `wrapper` (a command and
@@ -64,6 +71,7 @@ impl MemberProcess {
         id: &str,
         kubeconfigs: &Kubeconfigs,
         log: &Path,
+        derived: Option<&str>,
     ) -> Self {
         let dns = free_port();
         let log = File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
@@ -87,6 +95,12 @@ impl MemberProcess {
             .args(["--listen", &dns.to_string()])
             .args(["--metrics-listen", "127.0.0.1:0", "--udp-workers", "1"])
             .args(["--log-level", "info"])
+            .args(
+                derived
+                    .map(|mode| ["--derived-services", mode])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)

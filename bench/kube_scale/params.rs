@@ -40,6 +40,10 @@ pub struct Params {
     /// command line after it: a heap profiler), and the binary it runs
     /// (`PROFILE_BIN`; default: the bench's).
     pub profile_first: Option<(Vec<String>, String)>,
+    /// `--derived-services` of the members (`DERIVED`: `none`, the default,
+    /// or `clusterset`), issue 47's cost at scale; `None` for `none`, which
+    /// passes no flag, so that a `MEMBER_BIN` from before the flag still runs.
+    pub derived: Option<String>,
 }
 
 /// `$name` parsed, or `default`; a clear panic on a bad value.
@@ -63,6 +67,7 @@ impl Params {
             env_or("SERVICES", 100_000),
             env_or("HEADLESS", 10_000),
             env_or("ENDPOINTS", 34),
+            env_or("CSIP_ENDPOINTS", 0),
             env_or("CLUSTERS", 3),
         );
         let running = env_or("RUNNING", lay.clusters);
@@ -98,6 +103,22 @@ impl Params {
                     let bin = env_or("PROFILE_BIN", BIN.to_owned());
                     (w.split_whitespace().map(str::to_owned).collect(), bin)
                 }),
+            derived: derived(),
         }
+    }
+}
+
+/// `DERIVED`: the members' `--derived-services` mode, `None` for `none`.
+/// `per-cluster` is refused: its answers are the member's own ClusterIPs,
+/// which the probes do not expect (a VIP of the pool, the same in every
+/// member), and the fake API server's allocator is one /16 without duplicate
+/// checks, fewer addresses than the 100k services of a full-size run.
+fn derived() -> Option<String> {
+    match env_or("DERIVED", "none".to_owned()).as_str() {
+        "none" => None,
+        "clusterset" => Some("clusterset".to_owned()),
+        other => panic!(
+            "DERIVED={other:?}: none or clusterset (bench/README.md says why not per-cluster)"
+        ),
     }
 }

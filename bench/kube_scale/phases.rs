@@ -70,9 +70,9 @@ pub async fn start(
                 Some((wrapper, bin)) if ci == 0 => {
                     let wrapper: Vec<String> =
                         wrapper.iter().map(|w| w.replace("{run}", run)).collect();
-                    MemberProcess::spawn_under(&wrapper, bin, &id, k, &log)
+                    MemberProcess::spawn_under(&wrapper, bin, &id, k, &log, p.derived.as_deref())
                 }
-                _ => MemberProcess::spawn(&p.member_bin, &id, k, &log),
+                _ => MemberProcess::spawn(&p.member_bin, &id, k, &log, p.derived.as_deref()),
             }
         })
         .collect();

@@ -102,7 +102,8 @@ async fn publish_wave(apis: &ApiServers, wave: &[usize], p: &Params) -> Wave {
         let id = Layout::cluster(ci);
         let (api, kubeconfigs) = apis.one_off(&p.lay, ci, &p.work).await;
         let log = p.work.join(format!("{id}-publish.log"));
-        let member = MemberProcess::spawn(&p.member_bin, &id, &kubeconfigs, &log);
+        let member =
+            MemberProcess::spawn(&p.member_bin, &id, &kubeconfigs, &log, p.derived.as_deref());
         members.push((api, member));
     }
     let writes = |api: &FakeApiServer, id: &str| {
