@@ -150,9 +150,12 @@ pub async fn a_taken_vip_falls_back_to_a_clusterip_of_the_member(
     );
     let own = cluster_ips(&derived);
     let own_ip: IpAddr = own.first().context("a ClusterIP")?.parse()?;
+    // Allocated by north's API server: from its own range or, as the
+    // allocator picks among ServiceCIDRs in no defined order (KEP-1880),
+    // from servicecidr.yaml's, but never the VIP the squatter holds.
     ensure!(
-        matches!(own_ip, IpAddr::V4(v4) if v4.octets()[..2] == [10, 98]),
-        "a ClusterIP of north's range (10.98.0.0/16), not {own_ip}"
+        own_ip.to_string() != vip,
+        "a ClusterIP north allocated, not the VIP {vip}"
     );
     let import = import_becomes(set, "north", LATE, "api", "lists north's ClusterIP", |i| {
         i["spec"]["ips"] == json!([own_ip.to_string()])
@@ -227,10 +230,10 @@ pub async fn per_cluster_mode_answers_the_members_own_clusterip(
 ) -> Result<()> {
     let vip = agreed_vip(set, NS, "web").await?;
     restart_with(set, "north", "per-cluster").await?;
+    // Allocated by north's API server, from its own range or servicecidr.yaml's.
     let derived = derived_becomes(set, "north", NS, "web", "a ClusterIP of north", |s| {
-        cluster_ips(s)
-            .first()
-            .is_some_and(|ip| ip.starts_with("10.98."))
+        let ips = cluster_ips(s);
+        ips.len() == 1 && ips[0] != vip.to_string()
     })
     .await;
     let outcome = async {

@@ -390,7 +390,10 @@ async fn vips(set: &Clusterset, ns: &str, mode: &str) -> Result<Vec<[IpAddr; 2]>
                     let derived = derived_cluster_ips(&member.admin, ns)
                         .await
                         .map_err(|e| format!("{pair:?}; {e:#}"))?;
-                    derived == pair && !in_v4_pool(&pair[0])
+                    // Allocated by the member's API server: from its own
+                    // range or, as the allocator picks among ServiceCIDRs
+                    // in no defined order, servicecidr.yaml's (KEP-1880).
+                    derived == pair
                 };
                 if expected {
                     Ok(Some(pair))
