@@ -113,8 +113,12 @@ pub async fn a_taken_vip_falls_back_to_a_clusterip_of_the_member(
     set: &mut Clusterset,
 ) -> Result<()> {
     let outcome = taken_vip(set).await;
-    // The refused pins this scenario causes are logged with the API
-    // server's "is invalid": expected here, whatever the outcome.
+    // Whatever the outcome, the squatter goes (it would make every later
+    // re-creation of the derived Service fall back), and the refused pins
+    // this scenario causes, logged with the API server's "is invalid", are
+    // expected here.
+    let squatters: Api<Service> = Api::namespaced(set.member("north").admin.clone(), "default");
+    let _ = squatters.delete("squatter", &DeleteParams::default()).await;
     set.forgive_refusals();
     outcome
 }
@@ -165,8 +169,11 @@ async fn taken_vip(set: &Clusterset) -> Result<()> {
         own_ip.to_string() != vip,
         "a ClusterIP north allocated, not the VIP {vip}"
     );
-    let import = import_becomes(set, "north", LATE, "api", "lists north's ClusterIP", |i| {
+    // The spec and the status are two writes: wait for both.
+    let what = "lists north's ClusterIP and says why";
+    let import = import_becomes(set, "north", LATE, "api", what, |i| {
         i["spec"]["ips"] == json!([own_ip.to_string()])
+            && conditions(i).iter().any(|c| c["reason"] == "VIPNotPinned")
     })
     .await?;
     let ready = conditions(&import)
