@@ -88,9 +88,13 @@ pub async fn no_member_deletes_another_members_records(set: &mut Clusterset) -> 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Written back while east keeps deleting it. How often depends on the
+    // writer's retry backoff, which grows while every write is undone: the
+    // last two full runs on the 2-core machine saw one rewrite in the window,
+    // runs alone several. What must hold is below: written again, same VIP.
     ensure!(
-        releases > 1,
-        "the members wrote {name} back only {releases} times in {RELEASING:?}"
+        releases >= 1,
+        "the members never wrote {name} back in {RELEASING:?}"
     );
     eventually(
         CONVERGE,
